@@ -1,0 +1,52 @@
+// One MoE layer's weights in the checkpoint layout (the gpt-oss original and Hugging Face MXFP4
+// checkpoints store the expert tensors identically; only the names differ):
+//   router_weight [E, H] bf16, router_bias [E] bf16
+//   fc1_blocks [E, 2I, H/32, 16] uint8 (E2M1 pairs, low nibble = even element along H)
+//   fc1_scales [E, 2I, H/32] uint8 (E8M0), fc1_bias [E, 2I] bf16; rows alternate glu, linear
+//   fc2_blocks [E, H, I/32, 16] uint8, fc2_scales [E, H, I/32] uint8, fc2_bias [E, H] bf16
+// The large uint8 tensors are views: `storage` keeps alive whatever they point into (host vectors
+// for synthetic weights, mapped files for a checkpoint), so a 1.6 GB gpt-oss-120b layer is never
+// copied on load.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "mxmoe/bf16.hpp"
+#include "mxmoe/moe_shape.hpp"
+
+namespace mxmoe {
+
+struct MoeLayerWeights {
+  MoeShape shape;
+  std::vector<Bf16> router_weight;
+  std::vector<Bf16> router_bias;
+  std::vector<Bf16> fc1_bias;
+  std::vector<Bf16> fc2_bias;
+  std::span<const uint8_t> fc1_blocks;
+  std::span<const uint8_t> fc1_scales;
+  std::span<const uint8_t> fc2_blocks;
+  std::span<const uint8_t> fc2_scales;
+  std::shared_ptr<const void> storage;
+
+  // Throws Error naming the first tensor whose size disagrees with `shape`.
+  void validate() const;
+};
+
+// Seeded random weights of the given shape: uniform E2M1 codes, E8M0 scales chosen so that FC1
+// outputs have a standard deviation of a few units (some reach the +-7 clamp) and the layer output
+// is O(1) for unit-normal activations. Deterministic in (shape, seed), whatever the thread count.
+MoeLayerWeights make_synthetic_layer(const MoeShape& shape, uint64_t seed);
+
+// Seeded unit-normal activations [num_tokens, H] in bf16.
+std::vector<Bf16> make_activations(int num_tokens, int hidden, uint64_t seed);
+
+// The seeds `mxmoe run --seed S --layer N` uses: synthetic checkpoints written with seed S hold
+// make_synthetic_layer(shape, layer_seed(S, N)) as layer N, so a run from the file and a run from
+// the embedded shape see the same weights.
+uint64_t layer_seed(uint64_t seed, int layer);
+uint64_t activation_seed(uint64_t seed, int layer);
+
+}  // namespace mxmoe

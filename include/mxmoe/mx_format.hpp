@@ -1,0 +1,59 @@
+// OCP Microscaling (MX) formats on the CPU: MXFP4 (E2M1 elements) for weights and MXFP8 (E4M3
+// elements) for the activation path. One E8M0 scale (a bare power of two, bias 127, 255 = NaN) covers
+// kMxBlock consecutive elements along K.
+//
+// Packing: MXFP4 stores two elements per byte, the even element in the low nibble (as gpt-oss's
+// weights.py decodes it: `lut[blk & 0x0F]` -> element 2i, `lut[blk >> 4]` -> element 2i+1).
+//
+// Encoding a block (round to nearest even, saturating):
+//   scale = 2^(floor(log2(amax)) - emax_elem), emax_elem = 2 for E2M1 (6 = 1.5 * 2^2), 8 for E4M3
+//   (448 = 1.75 * 2^8); the scale code is clamped to [0, 254]; elements are value / scale rounded
+//   to nearest even and clamped to the largest finite element (+-6, +-448).
+// Special blocks: a NaN or an infinity anywhere in the block makes the scale NaN (code 255), as no
+// finite scale represents it; every element then decodes to NaN. An all-zero block gets scale code 0
+// and zero elements. Float denormals are ordinary inputs: they land on scale code 0 (2^-127) and
+// round to the nearest representable element, usually zero.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+namespace mxmoe {
+
+inline constexpr int kMxBlock = 32;            // elements per E8M0 scale
+inline constexpr int kMxfp4BlockBytes = 16;    // bytes of packed E2M1 per block
+inline constexpr uint8_t kE8m0Nan = 255;
+inline constexpr int kE8m0Bias = 127;
+inline constexpr int kE2m1Emax = 2;
+inline constexpr int kE4m3Emax = 8;
+inline constexpr float kE2m1Max = 6.0f;
+inline constexpr float kE4m3Max = 448.0f;
+
+// Elements. Codes are the low 4 bits (E2M1) or the full byte (E4M3, the OCP "FN" variant: no
+// infinities, S.1111.111 is NaN). Encoding rounds to nearest even and saturates to the largest
+// finite value; the sign of a value that rounds to zero is kept (-0.1 -> -0). E2M1 has no NaN code:
+// encode_e2m1(NaN) returns +0 (block encoding marks such blocks NaN through the scale instead).
+float decode_e2m1(uint8_t code);
+uint8_t encode_e2m1(float value);
+float decode_e4m3(uint8_t code);
+uint8_t encode_e4m3(float value);  // NaN -> 0x7F
+
+// Scales. decode_e8m0(c) = 2^(c - 127); 255 is NaN.
+float decode_e8m0(uint8_t code);
+// The scale code for a block whose largest magnitude is `amax` (finite, >= 0) and whose element type
+// has largest exponent `elem_emax`.
+uint8_t e8m0_for_amax(float amax, int elem_emax);
+
+// Blocks. `values.size()` must be a multiple of kMxBlock; `packed` holds size/2 bytes (MXFP4) or
+// size bytes (MXFP8); `scales` holds size/kMxBlock codes. Sizes are checked; a mismatch throws Error.
+void quantize_mxfp4(std::span<const float> values, std::span<uint8_t> packed, std::span<uint8_t> scales);
+void dequantize_mxfp4(std::span<const uint8_t> packed, std::span<const uint8_t> scales, std::span<float> values);
+void quantize_mxfp8(std::span<const float> values, std::span<uint8_t> elements, std::span<uint8_t> scales);
+void dequantize_mxfp8(std::span<const uint8_t> elements, std::span<const uint8_t> scales, std::span<float> values);
+
+// Hot-path helper for the reference: decode one packed MXFP4 block (16 bytes, one scale) into 32
+// floats.
+void decode_mxfp4_block(const uint8_t* packed, uint8_t scale, float* out);
+
+}  // namespace mxmoe

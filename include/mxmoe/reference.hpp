@@ -1,0 +1,82 @@
+// The CPU reference of the whole gpt-oss MoE layer (formula in moe_shape.hpp): the oracle of every
+// GPU test and the CPU backend of `mxmoe run`.
+//
+// Precision: bf16 activations in, MXFP4 weights decoded exactly to float32, float32 accumulation
+// and float32 intermediates (router logits, expert weights, FC1 output, activation, expert outputs),
+// one rounding to bf16 at the end. PyTorch's reference rounds logits, the softmax and every
+// intermediate to bf16; we keep them in float32 so that the reference is a well-defined function
+// that a float64 evaluation confirms to 1e-5, and GPU kernels are judged against that.
+// Top-k ties go to the lower expert index (torch.topk leaves ties unspecified).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "mxmoe/bf16.hpp"
+#include "mxmoe/layer_weights.hpp"
+
+namespace mxmoe {
+
+struct Routing {
+  int num_tokens = 0;
+  int top_k = 0;
+  std::vector<int32_t> experts;  // [T, k], by descending logit, ties to the lower expert
+  std::vector<float> weights;    // [T, k], softmax over the k selected logits
+};
+
+// logits [T, E] = x W_gate^T + b_gate, float32.
+std::vector<float> router_logits(const MoeLayerWeights& weights, std::span<const Bf16> x, int num_tokens);
+// Top-k + softmax per token. NaN logits rank below every number.
+Routing route(std::span<const float> logits, int num_tokens, int num_experts, int top_k);
+
+// How close the float32 reference must be to the float64 evaluation, by norm.
+inline constexpr double kReferenceRelTolerance = 1e-5;
+
+struct ReferenceOptions {
+  int threads = 0;  // 0: MXMOE_THREADS or all cores
+  bool keep_intermediates = false;
+};
+
+struct ReferenceResult {
+  Routing routing;
+  std::vector<float> out;     // [T, H] float32, before the final rounding
+  std::vector<Bf16> out_bf16; // [T, H]
+  // With keep_intermediates, per (token, slot) in routing order, i.e. row t * k + slot:
+  std::vector<float> fc1_out;     // [T * k, 2I] W1 x + b1, before the activation
+  std::vector<float> activation;  // [T * k, I]
+  std::vector<float> expert_out;  // [T * k, H] W2 a + b2, before the routing weight
+};
+
+// The three entry points differ only in where the routing comes from.
+ReferenceResult reference_forward(const MoeLayerWeights& weights, std::span<const Bf16> x, int num_tokens,
+                                  const ReferenceOptions& options = {});
+ReferenceResult reference_forward_from_logits(const MoeLayerWeights& weights, std::span<const Bf16> x,
+                                              int num_tokens, std::span<const float> logits,
+                                              const ReferenceOptions& options = {});
+ReferenceResult reference_forward_routed(const MoeLayerWeights& weights, std::span<const Bf16> x, Routing routing,
+                                         const ReferenceOptions& options = {});
+
+// A deliberately plain evaluation of the same layer: one thread, float64 everywhere, every weight
+// decoded element by element. Slow (about 0.1 s per token at the gpt-oss shape); for checks.
+struct Float64Result {
+  std::vector<int32_t> experts;  // [T, k]
+  std::vector<double> weights;   // [T, k]
+  std::vector<double> out;       // [T, H]
+};
+Float64Result evaluate_layer_f64(const MoeLayerWeights& weights, std::span<const Bf16> x, int num_tokens);
+
+// ||a - b|| / ||b|| over all elements (0 when both are zero; infinity when b is zero and a is not;
+// NaN anywhere gives NaN, which fails every comparison).
+double relative_error(std::span<const float> a, std::span<const double> b);
+
+// Per-element check of a bf16 output against float64 values: each element must lie within half a
+// bf16 ulp of its expected value, plus `abs_slack` for the error of the computation before rounding.
+struct Bf16RoundingCheck {
+  size_t failures = 0;
+  size_t first_failure = 0;  // element index, when failures > 0
+  double worst_ratio = 0.0;  // max |out - expected| / (half an ulp + abs_slack); above 1 fails
+};
+Bf16RoundingCheck check_bf16_rounding(std::span<const Bf16> out, std::span<const double> expected, double abs_slack);
+
+}  // namespace mxmoe

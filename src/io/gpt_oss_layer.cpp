@@ -1,0 +1,134 @@
+// Loading one gpt-oss layer's MoE tensors: detect the scheme, infer the shape from FC1's blocks,
+// then hold every other tensor to exactly the dtype and shape that shape implies.
+#include <cstring>
+
+#include "io/gpt_oss_names.hpp"
+#include "mxmoe/checkpoint.hpp"
+#include "mxmoe/error.hpp"
+#include "mxmoe/mx_format.hpp"
+
+namespace mxmoe {
+namespace {
+
+constexpr int kDefaultTopK = 4;  // gpt-oss experts_per_token, when no config.json says otherwise
+
+struct Expected {
+  const std::string& name;
+  Dtype dtype;
+  std::vector<int64_t> shape;
+};
+
+class LayerReader {
+ public:
+  LayerReader(const Checkpoint& checkpoint, int layer, CheckpointScheme scheme)
+      : checkpoint_(checkpoint), layer_(layer), scheme_(scheme) {}
+
+  Checkpoint::Located require(const std::string& name) {
+    auto located = checkpoint_.find(name);
+    if (!located) {
+      throw Error(checkpoint_.path() + ": tensor '" + name + "' is missing (layer " + std::to_string(layer_) + ", " +
+                  std::string(scheme_name(scheme_)) + " scheme)");
+    }
+    files_.push_back(located->file);
+    return *located;
+  }
+
+  std::span<const uint8_t> bytes(const Expected& e) {
+    const auto located = require(e.name);
+    const TensorInfo want{e.name, e.dtype, e.shape, {}};
+    if (located.tensor->dtype != e.dtype || located.tensor->shape != e.shape) {
+      throw Error(located.file->path() + ": tensor '" + e.name + "': expected " + want.describe() + ", got " +
+                  located.tensor->describe());
+    }
+    return located.tensor->bytes;
+  }
+
+  std::vector<Bf16> bf16(const Expected& e) {
+    const auto raw = bytes(e);
+    std::vector<Bf16> out(raw.size() / 2);
+    std::memcpy(out.data(), raw.data(), raw.size());
+    return out;
+  }
+
+  std::shared_ptr<const void> keepalive() const {
+    return std::make_shared<const std::vector<std::shared_ptr<const SafetensorsFile>>>(files_);
+  }
+
+ private:
+  const Checkpoint& checkpoint_;
+  int layer_;
+  CheckpointScheme scheme_;
+  std::vector<std::shared_ptr<const SafetensorsFile>> files_;
+};
+
+std::string layers_present(const Checkpoint& checkpoint, CheckpointScheme scheme) {
+  int count = 0;
+  while (checkpoint.find(layer_tensor_names(scheme, count).fc1_blocks)) ++count;
+  return count == 0 ? "none" : "0-" + std::to_string(count - 1);
+}
+
+}  // namespace
+
+std::string_view scheme_name(CheckpointScheme scheme) {
+  return scheme == CheckpointScheme::kOpenAi ? "openai" : "hf";
+}
+
+CheckpointScheme parse_scheme(std::string_view name) {
+  if (name == "openai") return CheckpointScheme::kOpenAi;
+  if (name == "hf") return CheckpointScheme::kHuggingFace;
+  throw Error("unknown checkpoint scheme '" + std::string(name) + "' (known: openai, hf)");
+}
+
+LoadedLayer load_gpt_oss_layer(const Checkpoint& checkpoint, int layer) {
+  if (layer < 0) throw Error("layer " + std::to_string(layer) + " is negative");
+  std::optional<CheckpointScheme> scheme;
+  for (auto candidate : {CheckpointScheme::kOpenAi, CheckpointScheme::kHuggingFace}) {
+    if (checkpoint.find(layer_tensor_names(candidate, layer).fc1_blocks)) scheme = candidate;
+  }
+  if (!scheme) {
+    const auto openai = layer_tensor_names(CheckpointScheme::kOpenAi, layer);
+    const auto hf = layer_tensor_names(CheckpointScheme::kHuggingFace, layer);
+    throw Error(checkpoint.path() + ": no MoE tensors for layer " + std::to_string(layer) + " (looked for '" +
+                openai.fc1_blocks + "' and '" + hf.fc1_blocks + "'; layers present: openai " +
+                layers_present(checkpoint, CheckpointScheme::kOpenAi) + ", hf " +
+                layers_present(checkpoint, CheckpointScheme::kHuggingFace) + ")");
+  }
+  const LayerTensorNames names = layer_tensor_names(*scheme, layer);
+  LayerReader reader(checkpoint, layer, *scheme);
+
+  const auto fc1 = reader.require(names.fc1_blocks);
+  const auto& dims = fc1.tensor->shape;
+  if (fc1.tensor->dtype != Dtype::kU8 || dims.size() != 4 || dims[3] != kMxfp4BlockBytes || dims[1] % 2 != 0 ||
+      dims[0] < 1 || dims[1] < 2 || dims[2] < 1) {
+    throw Error(fc1.file->path() + ": tensor '" + names.fc1_blocks + "': expected [E, 2I, H/32, 16] U8, got " +
+                fc1.tensor->describe());
+  }
+  MoeShape shape;
+  shape.num_experts = static_cast<int>(std::min<int64_t>(dims[0], INT32_MAX));
+  shape.intermediate = static_cast<int>(std::min<int64_t>(dims[1] / 2, INT32_MAX));
+  shape.hidden = static_cast<int>(std::min<int64_t>(dims[2] * kMxBlock, INT32_MAX));
+  shape.top_k = checkpoint.config_top_k().value_or(kDefaultTopK);
+  try {
+    shape.validate();
+  } catch (const Error& e) {
+    throw Error(fc1.file->path() + ": tensor '" + names.fc1_blocks + "' " + fc1.tensor->describe() + ": " + e.what());
+  }
+
+  const int64_t e = shape.num_experts, h = shape.hidden, i = shape.intermediate, rows1 = shape.fc1_rows();
+  LoadedLayer loaded{MoeLayerWeights{}, *scheme};
+  MoeLayerWeights& w = loaded.weights;
+  w.shape = shape;
+  w.router_weight = reader.bf16({names.router_weight, Dtype::kBF16, {e, h}});
+  w.router_bias = reader.bf16({names.router_bias, Dtype::kBF16, {e}});
+  w.fc1_blocks = reader.bytes({names.fc1_blocks, Dtype::kU8, {e, rows1, h / kMxBlock, kMxfp4BlockBytes}});
+  w.fc1_scales = reader.bytes({names.fc1_scales, Dtype::kU8, {e, rows1, h / kMxBlock}});
+  w.fc1_bias = reader.bf16({names.fc1_bias, Dtype::kBF16, {e, rows1}});
+  w.fc2_blocks = reader.bytes({names.fc2_blocks, Dtype::kU8, {e, h, i / kMxBlock, kMxfp4BlockBytes}});
+  w.fc2_scales = reader.bytes({names.fc2_scales, Dtype::kU8, {e, h, i / kMxBlock}});
+  w.fc2_bias = reader.bf16({names.fc2_bias, Dtype::kBF16, {e, h}});
+  w.storage = reader.keepalive();
+  w.validate();
+  return loaded;
+}
+
+}  // namespace mxmoe

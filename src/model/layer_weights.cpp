@@ -1,0 +1,119 @@
+#include "mxmoe/layer_weights.hpp"
+
+#include <cmath>
+#include <string>
+
+#include "common/parallel.hpp"
+#include "common/random.hpp"
+#include "mxmoe/error.hpp"
+#include "mxmoe/mx_format.hpp"
+
+namespace mxmoe {
+namespace {
+
+void check_size(const char* tensor, size_t got, size_t expected, const MoeShape& shape) {
+  if (got != expected) {
+    throw Error("layer weights (" + shape.describe() + "): " + tensor + " has " + std::to_string(got) +
+                " elements, expected " + std::to_string(expected));
+  }
+}
+
+// The synthetic weights' E8M0 exponent for a K-long dot product whose inputs have second moment
+// `input_power`, aiming at outputs of standard deviation `target_std`: uniform E2M1 codes have
+// E[v^2] = 8.5625 and the +-1 scale jitter below multiplies the variance by 1.75.
+int synthetic_scale_exponent(int k, double input_power, double target_std) {
+  const double unit_scale_std = std::sqrt(k * 8.5625 * 1.75 * input_power);
+  return static_cast<int>(std::lround(std::log2(target_std / unit_scale_std)));
+}
+
+struct SyntheticStorage {
+  std::vector<uint8_t> fc1_blocks, fc1_scales, fc2_blocks, fc2_scales;
+};
+
+// Fills one expert's blocks with uniform codes and its scales with base_exponent + {-1, 0, +1}.
+void fill_expert(std::span<uint8_t> blocks, std::span<uint8_t> scales, int base_exponent, uint64_t seed) {
+  SplitMix64 rng(seed);
+  size_t i = 0;
+  for (; i + 8 <= blocks.size(); i += 8) {
+    const uint64_t bits = rng.next();
+    for (int b = 0; b < 8; ++b) blocks[i + b] = static_cast<uint8_t>(bits >> (8 * b));
+  }
+  for (; i < blocks.size(); ++i) blocks[i] = static_cast<uint8_t>(rng.next());
+  for (auto& s : scales) s = static_cast<uint8_t>(kE8m0Bias + base_exponent + static_cast<int>(rng.below(3)) - 1);
+}
+
+std::vector<Bf16> normal_bf16(size_t count, double stddev, uint64_t seed) {
+  SplitMix64 rng(seed);
+  std::vector<Bf16> out(count);
+  for (auto& v : out) v = float_to_bf16(static_cast<float>(stddev * rng.normal()));
+  return out;
+}
+
+}  // namespace
+
+void MoeLayerWeights::validate() const {
+  shape.validate();
+  const size_t e = shape.num_experts, h = shape.hidden, i = shape.intermediate, rows1 = shape.fc1_rows();
+  check_size("router_weight", router_weight.size(), e * h, shape);
+  check_size("router_bias", router_bias.size(), e, shape);
+  check_size("fc1_blocks", fc1_blocks.size(), e * rows1 * h / 2, shape);
+  check_size("fc1_scales", fc1_scales.size(), e * rows1 * h / kMxBlock, shape);
+  check_size("fc1_bias", fc1_bias.size(), e * rows1, shape);
+  check_size("fc2_blocks", fc2_blocks.size(), e * h * i / 2, shape);
+  check_size("fc2_scales", fc2_scales.size(), e * h * i / kMxBlock, shape);
+  check_size("fc2_bias", fc2_bias.size(), e * h, shape);
+}
+
+MoeLayerWeights make_synthetic_layer(const MoeShape& shape, uint64_t seed) {
+  shape.validate();
+  const size_t e = shape.num_experts, h = shape.hidden, i = shape.intermediate, rows1 = shape.fc1_rows();
+  auto storage = std::make_shared<SyntheticStorage>();
+  storage->fc1_blocks.resize(e * rows1 * h / 2);
+  storage->fc1_scales.resize(e * rows1 * h / kMxBlock);
+  storage->fc2_blocks.resize(e * h * i / 2);
+  storage->fc2_scales.resize(e * h * i / kMxBlock);
+
+  // FC1 outputs of std ~3 put about 1% of the glu/linear values past the +-7 clamp; the activation's
+  // second moment is then ~40 and FC2 is scaled for unit outputs.
+  const int fc1_exponent = synthetic_scale_exponent(shape.hidden, 1.0, 3.0);
+  const int fc2_exponent = synthetic_scale_exponent(shape.intermediate, 40.0, 1.0);
+  parallel_for(2 * e, 0, [&](size_t job) {
+    const size_t expert = job / 2;
+    const uint64_t stream = derive_seed(seed, job);
+    if (job % 2 == 0) {
+      fill_expert(std::span(storage->fc1_blocks).subspan(expert * rows1 * h / 2, rows1 * h / 2),
+                  std::span(storage->fc1_scales).subspan(expert * rows1 * h / kMxBlock, rows1 * h / kMxBlock),
+                  fc1_exponent, stream);
+    } else {
+      fill_expert(std::span(storage->fc2_blocks).subspan(expert * h * i / 2, h * i / 2),
+                  std::span(storage->fc2_scales).subspan(expert * h * i / kMxBlock, h * i / kMxBlock),
+                  fc2_exponent, stream);
+    }
+  });
+
+  MoeLayerWeights w;
+  w.shape = shape;
+  w.router_weight = normal_bf16(e * h, 1.0 / std::sqrt(static_cast<double>(h)), derive_seed(seed, 2 * e));
+  w.router_bias = normal_bf16(e, 0.1, derive_seed(seed, 2 * e + 1));
+  w.fc1_bias = normal_bf16(e * rows1, 0.5, derive_seed(seed, 2 * e + 2));
+  w.fc2_bias = normal_bf16(e * h, 0.1, derive_seed(seed, 2 * e + 3));
+  w.fc1_blocks = storage->fc1_blocks;
+  w.fc1_scales = storage->fc1_scales;
+  w.fc2_blocks = storage->fc2_blocks;
+  w.fc2_scales = storage->fc2_scales;
+  w.storage = std::move(storage);
+  return w;
+}
+
+std::vector<Bf16> make_activations(int num_tokens, int hidden, uint64_t seed) {
+  return normal_bf16(static_cast<size_t>(num_tokens) * hidden, 1.0, seed);
+}
+
+uint64_t layer_seed(uint64_t seed, int layer) { return derive_seed(seed, static_cast<uint64_t>(layer)); }
+
+// Distinct from every layer_seed stream: layers stay below 2^32.
+uint64_t activation_seed(uint64_t seed, int layer) {
+  return derive_seed(seed, (uint64_t{1} << 32) + static_cast<uint64_t>(layer));
+}
+
+}  // namespace mxmoe

@@ -1,0 +1,113 @@
+// The mxmoe command as a user meets it: exit codes, one-line errors, --help everywhere, run on the
+// embedded shape and on checkpoints of both schemes.
+#include <gtest/gtest.h>
+
+#include <regex>
+
+#include "test_support.hpp"
+
+namespace mxmoe {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr const char* kSmallShape = "--experts 6 --top-k 2 --hidden 64 --intermediate 96";
+
+void expect_one_error_line(const test::CliResult& r) {
+  EXPECT_EQ(r.err.rfind("mxmoe: error: ", 0), 0u) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+}
+
+std::string checksum(const std::string& out) {
+  std::smatch m;
+  return std::regex_search(out, m, std::regex("checksum ([0-9a-f]{16})")) ? m[1].str() : "";
+}
+
+TEST(Cli, HelpAndVersion) {
+  for (const char* args : {"--help", "run --help", "make-checkpoint --help", "--version"}) {
+    const auto r = test::run_cli(args);
+    EXPECT_EQ(r.exit_code, 0) << args;
+    EXPECT_FALSE(r.out.empty()) << args;
+  }
+  EXPECT_NE(test::run_cli("run --help").out.find("--checkpoint PATH"), std::string::npos);
+}
+
+TEST(Cli, UsageErrorsExitTwoWithOneLine) {
+  EXPECT_EQ(test::run_cli("").exit_code, 2);
+  for (const char* args : {"frobnicate", "run --tokens 0", "run --tokens abc", "run --device tpu", "run --bogus",
+                           "run --tokens", "run --model gpt-oss-7b", "run --hidden 100", "make-checkpoint --layers 2",
+                           "make-checkpoint --out /tmp/x --scheme gguf"}) {
+    const auto r = test::run_cli(args);
+    EXPECT_EQ(r.exit_code, 2) << args << ": " << r.err;
+    expect_one_error_line(r);
+  }
+}
+
+TEST(Cli, RunWithNoArgumentsUsesTheEmbeddedGptOss20bShape) {
+  const auto r = test::run_cli("run");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("E=32 k=4 H=2880 I=2880"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("device: cpu"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("time: "), std::string::npos) << r.out;
+  EXPECT_FALSE(checksum(r.out).empty()) << r.out;
+}
+
+TEST(Cli, RunCheckPrintsTheFloat64Comparison) {
+  const auto r = test::run_cli(std::string("run ") + kSmallShape + " --tokens 5 --check");
+  ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.out, m, std::regex("relative error of the float32 result ([0-9.e+-]+)"))) << r.out;
+  EXPECT_LE(std::stod(m[1].str()), 1e-5);
+  EXPECT_NE(r.out.find("0 of 320 elements outside"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("routing identical"), std::string::npos) << r.out;
+}
+
+TEST(Cli, RunIsDeterministicAndSeeded) {
+  const std::string args = std::string("run ") + kSmallShape + " --tokens 3";
+  EXPECT_EQ(checksum(test::run_cli(args + " --seed 1").out), checksum(test::run_cli(args + " --seed 1").out));
+  EXPECT_NE(checksum(test::run_cli(args + " --seed 1").out), checksum(test::run_cli(args + " --seed 2").out));
+}
+
+TEST(Cli, RunFromCheckpointsOfBothSchemesMatchesTheEmbeddedWeights) {
+  const fs::path dir = test::scratch_dir();
+  const std::string embedded = checksum(test::run_cli(std::string("run ") + kSmallShape + " --layer 1 --seed 9").out);
+  ASSERT_FALSE(embedded.empty());
+  for (const char* scheme : {"openai", "hf"}) {
+    const fs::path out = dir / scheme;
+    const auto made = test::run_cli(std::string("make-checkpoint ") + kSmallShape + " --layers 2 --shards 2 --seed 9 --scheme " +
+                                    scheme + " --out " + out.string());
+    ASSERT_EQ(made.exit_code, 0) << made.err;
+    const auto r = test::run_cli("run --checkpoint " + out.string() + " --layer 1 --seed 9 --check");
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_NE(r.out.find(std::string(scheme) + " scheme"), std::string::npos) << r.out;
+    EXPECT_EQ(checksum(r.out), embedded) << scheme;
+  }
+}
+
+TEST(Cli, CheckpointShapeMustMatchAnExplicitModel) {
+  const fs::path dir = test::scratch_dir();
+  ASSERT_EQ(test::run_cli(std::string("make-checkpoint ") + kSmallShape + " --layers 1 --out " + dir.string()).exit_code, 0);
+  const auto r = test::run_cli("run --model gpt-oss-120b --checkpoint " + dir.string());
+  EXPECT_EQ(r.exit_code, 1);
+  expect_one_error_line(r);
+  EXPECT_NE(r.err.find("gpt-oss-120b"), std::string::npos) << r.err;
+  EXPECT_EQ(test::run_cli("run --checkpoint " + dir.string() + " --experts 4").exit_code, 2);
+}
+
+class CliBadCheckpoint : public ::testing::TestWithParam<test::BadCheckpoint> {};
+
+TEST_P(CliBadCheckpoint, ExitsOneWithOneErrorLine) {
+  const fs::path dir = test::scratch_dir();
+  const fs::path path = GetParam().make(dir);
+  const auto r = test::run_cli("run --checkpoint " + path.string());
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  expect_one_error_line(r);
+  EXPECT_NE(r.err.find(dir.string()), std::string::npos) << r.err;
+  for (const auto& word : GetParam().error_mentions) EXPECT_NE(r.err.find(word), std::string::npos) << r.err;
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, CliBadCheckpoint, ::testing::ValuesIn(test::bad_checkpoints()),
+                         [](const auto& info) { return info.param.name; });
+
+}  // namespace
+}  // namespace mxmoe

@@ -1,0 +1,268 @@
+// Exhaustive checks of the MX element and scale codecs against brute-force oracles.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "common/random.hpp"
+#include "mxmoe/error.hpp"
+#include "mxmoe/mx_format.hpp"
+
+namespace mxmoe {
+namespace {
+
+// gpt_oss/torch/weights.py FP4_VALUES.
+constexpr float kGptOssFp4Values[16] = {+0.0f, +0.5f, +1.0f, +1.5f, +2.0f, +3.0f, +4.0f, +6.0f,
+                                        -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
+
+bool same_float(float a, float b) {
+  return (std::isnan(a) && std::isnan(b)) || (a == b && std::signbit(a) == std::signbit(b));
+}
+
+// Brute force: the nearest finite code of the value's sign; ties to the code with an even mantissa
+// (lowest bit clear); past the largest finite value, that value.
+uint8_t nearest_even(float value, int codes, float (*decode)(uint8_t)) {
+  const uint8_t sign = std::signbit(value) ? static_cast<uint8_t>(codes / 2) : 0;
+  const double magnitude = std::fabs(static_cast<double>(value));
+  int best = -1;
+  float max = 0.0f;
+  for (int c = 0; c < codes / 2; ++c) {
+    if (!std::isnan(decode(static_cast<uint8_t>(c))) && decode(static_cast<uint8_t>(c)) > max) {
+      max = decode(static_cast<uint8_t>(c));
+      best = c;
+    }
+  }
+  if (magnitude >= max) return static_cast<uint8_t>(sign | best);
+  double best_distance = INFINITY;
+  for (int c = 0; c < codes / 2; ++c) {
+    const float v = decode(static_cast<uint8_t>(c));
+    if (std::isnan(v)) continue;
+    const double distance = std::fabs(magnitude - v);
+    if (distance < best_distance || (distance == best_distance && (c & 1) == 0)) {
+      best = c;
+      best_distance = distance;
+    }
+  }
+  return static_cast<uint8_t>(sign | best);
+}
+
+// Every code's value, every midpoint between neighbours, one float either side of each, and
+// values past the largest, for both signs.
+std::vector<float> probe_values(int codes, float (*decode)(uint8_t)) {
+  std::vector<float> magnitudes;
+  std::vector<float> values;
+  for (int c = 0; c < codes / 2; ++c) {
+    if (!std::isnan(decode(static_cast<uint8_t>(c)))) magnitudes.push_back(decode(static_cast<uint8_t>(c)));
+  }
+  for (size_t i = 0; i < magnitudes.size(); ++i) {
+    values.push_back(magnitudes[i]);
+    if (i + 1 < magnitudes.size()) {
+      const float mid = 0.5f * (magnitudes[i] + magnitudes[i + 1]);
+      values.insert(values.end(), {mid, std::nextafter(mid, 0.0f), std::nextafter(mid, INFINITY)});
+    }
+  }
+  const float max = magnitudes.back();
+  values.insert(values.end(), {std::nextafter(max, INFINITY), max * 1.04f, max * 1.1f, max * 1000.0f,
+                               std::numeric_limits<float>::max(), std::numeric_limits<float>::denorm_min(), 1e-30f});
+  const size_t positives = values.size();
+  for (size_t i = 0; i < positives; ++i) values.push_back(-values[i]);
+  return values;
+}
+
+TEST(E2m1, DecodesTheGptOssTable) {
+  for (int code = 0; code < 16; ++code) EXPECT_TRUE(same_float(decode_e2m1(code), kGptOssFp4Values[code])) << code;
+  EXPECT_TRUE(same_float(decode_e2m1(0xF3), kGptOssFp4Values[3])) << "only the low nibble counts";
+}
+
+TEST(E2m1, EveryCodeRoundTrips) {
+  for (int code = 0; code < 16; ++code) EXPECT_EQ(encode_e2m1(decode_e2m1(code)), code) << code;
+}
+
+TEST(E2m1, RoundsToNearestEvenAndSaturates) {
+  for (float v : probe_values(16, decode_e2m1)) {
+    EXPECT_EQ(encode_e2m1(v), nearest_even(v, 16, decode_e2m1)) << v;
+  }
+  EXPECT_EQ(encode_e2m1(0.25f), 0x0);   // tie 0 / 0.5 -> 0
+  EXPECT_EQ(encode_e2m1(0.75f), 0x2);   // tie 0.5 / 1 -> 1
+  EXPECT_EQ(encode_e2m1(2.5f), 0x4);    // tie 2 / 3 -> 2
+  EXPECT_EQ(encode_e2m1(5.0f), 0x6);    // tie 4 / 6 -> 4
+  EXPECT_EQ(encode_e2m1(-5.5f), 0xF);
+}
+
+TEST(E2m1, SpecialInputs) {
+  EXPECT_EQ(encode_e2m1(INFINITY), 0x7);
+  EXPECT_EQ(encode_e2m1(-INFINITY), 0xF);
+  EXPECT_EQ(encode_e2m1(NAN), 0x0);
+  EXPECT_EQ(encode_e2m1(-0.0f), 0x8);
+  EXPECT_EQ(encode_e2m1(-0.1f), 0x8);
+  EXPECT_EQ(encode_e2m1(std::numeric_limits<float>::denorm_min()), 0x0);
+}
+
+TEST(E4m3, DecodesEveryCode) {
+  for (int code = 0; code < 256; ++code) {
+    const int exp_field = (code >> 3) & 0xF, mantissa = code & 7;
+    float expected = exp_field == 0 ? std::ldexp(static_cast<float>(mantissa), -9)
+                                    : std::ldexp(1.0f + mantissa / 8.0f, exp_field - 7);
+    if ((code & 0x7F) == 0x7F) expected = NAN;
+    if (code & 0x80) expected = -expected;
+    EXPECT_TRUE(same_float(decode_e4m3(code), expected)) << code;
+  }
+  EXPECT_EQ(decode_e4m3(0x7E), 448.0f);
+  EXPECT_EQ(decode_e4m3(0x01), 0x1p-9f);
+  EXPECT_EQ(decode_e4m3(0x08), 0x1p-6f);
+}
+
+TEST(E4m3, EveryFiniteCodeRoundTrips) {
+  for (int code = 0; code < 256; ++code) {
+    if ((code & 0x7F) == 0x7F) continue;
+    EXPECT_EQ(encode_e4m3(decode_e4m3(code)), code) << code;
+  }
+}
+
+TEST(E4m3, RoundsToNearestEvenAndSaturates) {
+  for (float v : probe_values(256, decode_e4m3)) {
+    EXPECT_EQ(encode_e4m3(v), nearest_even(v, 256, decode_e4m3)) << v;
+  }
+  EXPECT_EQ(encode_e4m3(464.0f), 0x7E);  // tie 448 / (480) saturates
+  EXPECT_EQ(encode_e4m3(1e9f), 0x7E);
+  EXPECT_EQ(encode_e4m3(INFINITY), 0x7E);
+  EXPECT_EQ(encode_e4m3(-INFINITY), 0xFE);
+  EXPECT_EQ(encode_e4m3(NAN), 0x7F);
+  EXPECT_EQ(encode_e4m3(0x1p-10f), 0x00);  // half the smallest subnormal: tie to even (zero)
+  EXPECT_EQ(encode_e4m3(0x1.8p-10f), 0x01);
+}
+
+TEST(E8m0, DecodesEveryCode) {
+  for (int code = 0; code < 255; ++code) EXPECT_EQ(decode_e8m0(code), std::ldexp(1.0f, code - 127)) << code;
+  EXPECT_EQ(decode_e8m0(0), 0x1p-127f);
+  EXPECT_EQ(decode_e8m0(127), 1.0f);
+  EXPECT_EQ(decode_e8m0(254), 0x1p127f);
+  EXPECT_TRUE(std::isnan(decode_e8m0(255)));
+}
+
+TEST(E8m0, ScaleForAmax) {
+  EXPECT_EQ(e8m0_for_amax(6.0f, kE2m1Emax), 127);       // 6 fits at scale 1
+  EXPECT_EQ(e8m0_for_amax(8.0f, kE2m1Emax), 128);
+  EXPECT_EQ(e8m0_for_amax(7.99f, kE2m1Emax), 127);      // saturates to 6 rather than a larger scale (OCP rule)
+  EXPECT_EQ(e8m0_for_amax(448.0f, kE4m3Emax), 127);
+  EXPECT_EQ(e8m0_for_amax(0.0f, kE2m1Emax), 0);
+  EXPECT_EQ(e8m0_for_amax(std::numeric_limits<float>::denorm_min(), kE2m1Emax), 0);
+  EXPECT_EQ(e8m0_for_amax(std::numeric_limits<float>::max(), kE2m1Emax), 127 + 127 - 2);
+}
+
+TEST(Mxfp4, EvenElementIsTheLowNibble) {
+  std::vector<float> values(32, 0.0f);
+  values[0] = 6.0f;  // sets the scale to 1
+  values[1] = 0.5f;
+  values[2] = -1.0f;
+  std::vector<uint8_t> packed(16), scales(1);
+  quantize_mxfp4(values, packed, scales);
+  EXPECT_EQ(scales[0], 127);
+  EXPECT_EQ(packed[0], 0x17);
+  EXPECT_EQ(packed[1], 0x0A);
+}
+
+TEST(Mxfp4, BlocksMatchElementwiseEncodingAtTheSpecScale) {
+  SplitMix64 rng(7);
+  std::vector<float> values(32 * 64);
+  for (size_t i = 0; i < values.size(); ++i) {
+    values[i] = static_cast<float>(rng.normal() * std::ldexp(1.0, static_cast<int>(i / 32) % 40 - 20));
+  }
+  std::vector<uint8_t> packed(values.size() / 2), scales(values.size() / 32);
+  quantize_mxfp4(values, packed, scales);
+  std::vector<float> decoded(values.size());
+  dequantize_mxfp4(packed, scales, decoded);
+  for (size_t b = 0; b < scales.size(); ++b) {
+    float amax = 0.0f;
+    for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(values[b * 32 + i]));
+    const int expected_scale = std::ilogb(amax) - 2 + 127;
+    ASSERT_EQ(scales[b], expected_scale) << b;
+    for (int i = 0; i < 32; ++i) {
+      const size_t j = b * 32 + i;
+      const uint8_t code = (packed[j / 2] >> (4 * (j % 2))) & 0xF;
+      EXPECT_EQ(code, encode_e2m1(std::ldexp(values[j], 127 - expected_scale))) << j;
+      EXPECT_EQ(decoded[j], decode_e2m1(code) * std::ldexp(1.0f, expected_scale - 127)) << j;
+    }
+  }
+}
+
+TEST(Mxfp4, DecodesEveryCodeAtExtremeScales) {
+  uint8_t packed[16];
+  for (int i = 0; i < 16; ++i) packed[i] = static_cast<uint8_t>(i | ((15 - i) << 4));
+  for (int scale : {0, 1, 126, 127, 128, 253, 254, 255}) {
+    float out[32];
+    decode_mxfp4_block(packed, static_cast<uint8_t>(scale), out);
+    for (int i = 0; i < 16; ++i) {
+      const float s = decode_e8m0(static_cast<uint8_t>(scale));
+      EXPECT_TRUE(same_float(out[2 * i], kGptOssFp4Values[i] * s) || (std::isnan(s) && std::isnan(out[2 * i])));
+      EXPECT_TRUE(same_float(out[2 * i + 1], kGptOssFp4Values[15 - i] * s) || (std::isnan(s) && std::isnan(out[2 * i + 1])));
+    }
+  }
+}
+
+TEST(MxBlocks, SpecialBlocks) {
+  std::vector<uint8_t> packed(16), elements(32), scales(1);
+  std::vector<float> out(32);
+
+  std::vector<float> zeros(32, 0.0f);
+  quantize_mxfp4(zeros, packed, scales);
+  EXPECT_EQ(scales[0], 0);
+  for (uint8_t b : packed) EXPECT_EQ(b, 0);
+  dequantize_mxfp4(packed, scales, out);
+  for (float v : out) EXPECT_EQ(v, 0.0f);
+
+  for (float special : {NAN, INFINITY, -INFINITY}) {
+    std::vector<float> values(32, 1.0f);
+    values[5] = special;
+    quantize_mxfp4(values, packed, scales);
+    EXPECT_EQ(scales[0], kE8m0Nan) << special;
+    dequantize_mxfp4(packed, scales, out);
+    for (float v : out) EXPECT_TRUE(std::isnan(v)) << special;
+    quantize_mxfp8(values, elements, scales);
+    EXPECT_EQ(scales[0], kE8m0Nan) << special;
+    dequantize_mxfp8(elements, scales, out);
+    for (float v : out) EXPECT_TRUE(std::isnan(v)) << special;
+  }
+
+  std::vector<float> denormals(32);
+  for (int i = 0; i < 32; ++i) denormals[i] = std::numeric_limits<float>::denorm_min() * static_cast<float>(i + 1);
+  quantize_mxfp4(denormals, packed, scales);
+  EXPECT_EQ(scales[0], 0);
+  dequantize_mxfp4(packed, scales, out);
+  for (int i = 0; i < 32; ++i) EXPECT_LE(std::fabs(out[i] - denormals[i]), 0x1p-129f) << i;
+}
+
+TEST(Mxfp8, RoundTripErrorIsWithinHalfAQuantum) {
+  SplitMix64 rng(3);
+  std::vector<float> values(32 * 256);
+  for (auto& v : values) v = static_cast<float>(rng.normal() * 3.0);
+  std::vector<uint8_t> elements(values.size()), scales(values.size() / 32);
+  quantize_mxfp8(values, elements, scales);
+  std::vector<float> decoded(values.size());
+  dequantize_mxfp8(elements, scales, decoded);
+  for (size_t i = 0; i < values.size(); ++i) {
+    const float scale = decode_e8m0(scales[i / 32]);
+    const float scaled = values[i] / scale;
+    if (std::fabs(scaled) > kE4m3Max) {  // the OCP scale leaves the block maximum in [256, 512): clipped
+      EXPECT_EQ(decoded[i], std::copysign(kE4m3Max, scaled) * scale) << i;
+      continue;
+    }
+    // E4M3 keeps 3 mantissa bits; below 2^-6 the quantum is that of the subnormals, 2^-9.
+    const float quantum = std::ldexp(1.0f, std::max(std::ilogb(scaled), -6) - 3);
+    EXPECT_LE(std::fabs(decoded[i] - values[i]), 0.5f * quantum * scale) << i;
+  }
+}
+
+TEST(MxBlocks, SizeMismatchesThrow) {
+  std::vector<float> values(48);
+  std::vector<uint8_t> packed(24), scales(2);
+  EXPECT_THROW(quantize_mxfp4(values, packed, scales), Error);
+  std::vector<float> v32(32);
+  std::vector<uint8_t> p8(8), s1(1);
+  EXPECT_THROW(quantize_mxfp4(v32, p8, s1), Error);
+  EXPECT_THROW(dequantize_mxfp8(p8, s1, v32), Error);
+}
+
+}  // namespace
+}  // namespace mxmoe

@@ -1,0 +1,111 @@
+#include "cli.hpp"
+
+#include <charconv>
+
+#include "mxmoe/error.hpp"
+
+namespace mxmoe::cli {
+namespace {
+
+const OptionSpec* find_option(const CommandSpec& spec, std::string_view name) {
+  for (const auto& o : spec.options) {
+    if (o.name == name) return &o;
+  }
+  return nullptr;
+}
+
+template <typename T>
+T parse_number(std::string_view option, std::string_view text) {
+  T value{};
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || end != text.data() + text.size()) {
+    throw UsageError("--" + std::string(option) + ": expected an integer, got '" + std::string(text) + "'");
+  }
+  return value;
+}
+
+}  // namespace
+
+std::string ParsedArgs::get(std::string_view name, std::string_view fallback) const {
+  const auto it = values_.find(std::string(name));
+  return it == values_.end() ? std::string(fallback) : it->second;
+}
+
+int64_t ParsedArgs::get_int(std::string_view name, int64_t fallback, int64_t min, int64_t max) const {
+  if (!has(name)) return fallback;
+  const int64_t v = parse_number<int64_t>(name, get(name, ""));
+  if (v < min || v > max) {
+    throw UsageError("--" + std::string(name) + ": " + std::to_string(v) + " is not in [" + std::to_string(min) +
+                     ", " + std::to_string(max) + "]");
+  }
+  return v;
+}
+
+uint64_t ParsedArgs::get_u64(std::string_view name, uint64_t fallback) const {
+  return has(name) ? parse_number<uint64_t>(name, get(name, "")) : fallback;
+}
+
+std::optional<ParsedArgs> parse(const CommandSpec& spec, std::span<const std::string> args) {
+  ParsedArgs parsed;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& arg = args[i];
+    if (arg == "--help" || arg == "-h") return std::nullopt;
+    if (arg.rfind("--", 0) != 0) throw UsageError(std::string(spec.name) + ": unexpected argument '" + arg + "'");
+    const size_t eq = arg.find('=');
+    const std::string name = arg.substr(2, eq == std::string::npos ? std::string::npos : eq - 2);
+    const OptionSpec* option = find_option(spec, name);
+    if (!option) throw UsageError(std::string(spec.name) + ": unknown option '--" + name + "'");
+    std::string value;
+    if (option->value_name.empty()) {
+      if (eq != std::string::npos) throw UsageError("--" + name + " takes no value");
+    } else if (eq != std::string::npos) {
+      value = arg.substr(eq + 1);
+    } else if (i + 1 < args.size()) {
+      value = args[++i];
+    } else {
+      throw UsageError("--" + name + " needs a value (" + std::string(option->value_name) + ")");
+    }
+    parsed.values_[name] = value;
+  }
+  return parsed;
+}
+
+std::string usage(const CommandSpec& spec) {
+  std::string text = "usage: mxmoe " + std::string(spec.name) + " " + std::string(spec.synopsis) + "\n\n" +
+                     std::string(spec.summary) + "\n\noptions:\n";
+  for (const auto& o : spec.options) {
+    std::string left = "  --" + std::string(o.name) + (o.value_name.empty() ? "" : " " + std::string(o.value_name));
+    left.resize(std::max<size_t>(left.size() + 2, 28), ' ');
+    text += left + std::string(o.help) + "\n";
+  }
+  return text + "  --help                    show this help\n";
+}
+
+bool has_shape_override(const ParsedArgs& args) {
+  for (const auto& o : kShapeOptions) {
+    if (args.has(o.name)) return true;
+  }
+  return false;
+}
+
+MoeShape shape_from_args(const ParsedArgs& args) {
+  MoeShape shape;
+  try {
+    shape = model_shape(args.get("model", "gpt-oss-20b"));
+  } catch (const Error& e) {
+    throw UsageError(std::string("--model: ") + e.what());
+  }
+  constexpr int64_t kMax = 1 << 20;
+  shape.num_experts = static_cast<int>(args.get_int("experts", shape.num_experts, 1, kMax));
+  shape.top_k = static_cast<int>(args.get_int("top-k", shape.top_k, 1, kMax));
+  shape.hidden = static_cast<int>(args.get_int("hidden", shape.hidden, 1, kMax));
+  shape.intermediate = static_cast<int>(args.get_int("intermediate", shape.intermediate, 1, kMax));
+  try {
+    shape.validate();
+  } catch (const Error& e) {
+    throw UsageError(e.what());
+  }
+  return shape;
+}
+
+}  // namespace mxmoe::cli

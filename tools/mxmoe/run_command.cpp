@@ -1,0 +1,152 @@
+// mxmoe run: one MoE layer forward on seeded random activations, from an embedded model shape with
+// synthetic weights or from a checkpoint's layer; --check compares with an independent evaluation.
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+
+#include "cli.hpp"
+#include "commands.hpp"
+#include "common/parallel.hpp"
+#include "mxmoe/checkpoint.hpp"
+#include "mxmoe/device.hpp"
+#include "mxmoe/error.hpp"
+#include "mxmoe/reference.hpp"
+
+namespace mxmoe::cli {
+namespace {
+
+constexpr OptionSpec kOptions[] = {
+    kModelOption,
+    kShapeOptions[0],
+    kShapeOptions[1],
+    kShapeOptions[2],
+    kShapeOptions[3],
+    {"checkpoint", "PATH", "read the layer from a gpt-oss safetensors checkpoint (file or directory)"},
+    {"layer", "N", "layer index (default 0)"},
+    {"tokens", "T", "tokens in the batch (default 4)"},
+    {"device", "auto|cpu|gpu", "where to run (default auto: the GPU if there is one)"},
+    {"seed", "S", "seed of the activations and of synthetic weights (default 0)"},
+    {"check", "", "compare with a float64 evaluation and print the relative error"},
+};
+
+constexpr CommandSpec kSpec{
+    "run", "[--model M] [--checkpoint PATH] [--layer N] [--tokens T] [--device auto|cpu|gpu] [--seed S] [--check]",
+    "Runs one MoE layer forward on seeded unit-normal bf16 activations and prints the shape, the device, the\n"
+    "time and a summary of the output (its norm and a checksum of its bf16 bits). With no --checkpoint the\n"
+    "weights are synthetic MXFP4, seeded by --seed and the layer, identical to what make-checkpoint writes.",
+    kOptions};
+
+// Tokens checked by --check: all of a small batch, else 8 spread over it (rows are independent).
+constexpr int kMaxCheckedTokens = 8;
+
+uint64_t fnv1a(std::span<const Bf16> values) {
+  uint64_t hash = 0xcbf29ce484222325ull;
+  for (Bf16 v : values) {
+    for (int byte = 0; byte < 2; ++byte) hash = (hash ^ ((v.bits >> (8 * byte)) & 0xff)) * 0x100000001b3ull;
+  }
+  return hash;
+}
+
+double norm(std::span<const Bf16> values) {
+  double sum = 0.0;
+  for (Bf16 v : values) sum += static_cast<double>(bf16_to_float(v)) * bf16_to_float(v);
+  return std::sqrt(sum);
+}
+
+// Compares the float32 reference with the float64 evaluation on a sample of tokens; returns false
+// when either figure misses its bound.
+bool check_against_f64(const MoeLayerWeights& weights, std::span<const Bf16> x, int num_tokens,
+                       const ReferenceResult& result) {
+  const int h = weights.shape.hidden, k = weights.shape.top_k;
+  const int checked = std::min(num_tokens, kMaxCheckedTokens);
+  std::vector<Bf16> x_sample;
+  std::vector<float> out_sample;
+  std::vector<Bf16> out_bf16_sample;
+  std::vector<int32_t> experts_sample;
+  for (int s = 0; s < checked; ++s) {
+    const int t = static_cast<int>(static_cast<int64_t>(s) * num_tokens / checked);
+    x_sample.insert(x_sample.end(), x.begin() + static_cast<size_t>(t) * h, x.begin() + static_cast<size_t>(t + 1) * h);
+    out_sample.insert(out_sample.end(), result.out.begin() + static_cast<size_t>(t) * h,
+                      result.out.begin() + static_cast<size_t>(t + 1) * h);
+    out_bf16_sample.insert(out_bf16_sample.end(), result.out_bf16.begin() + static_cast<size_t>(t) * h,
+                           result.out_bf16.begin() + static_cast<size_t>(t + 1) * h);
+    experts_sample.insert(experts_sample.end(), result.routing.experts.begin() + t * k,
+                          result.routing.experts.begin() + (t + 1) * k);
+  }
+  const Float64Result f64 = evaluate_layer_f64(weights, x_sample, checked);
+  const double rel = relative_error(out_sample, f64.out);
+  double rms = 0.0;
+  for (double v : f64.out) rms += v * v;
+  rms = std::sqrt(rms / static_cast<double>(f64.out.size()));
+  const Bf16RoundingCheck rounding = check_bf16_rounding(out_bf16_sample, f64.out, kReferenceRelTolerance * rms);
+  const bool same_experts = experts_sample == f64.experts;
+  std::printf("check: %d of %d tokens against a float64 evaluation\n", checked, num_tokens);
+  std::printf("check: routing %s\n", same_experts ? "identical" : "DIFFERS");
+  std::printf("check: relative error of the float32 result %.3e (bound %.0e)\n", rel, kReferenceRelTolerance);
+  std::printf("check: bf16 output within rounding: %zu of %zu elements outside (worst at %.2f of its bound)\n",
+              rounding.failures, out_bf16_sample.size(), rounding.worst_ratio);
+  return same_experts && rel <= kReferenceRelTolerance && rounding.failures == 0;
+}
+
+}  // namespace
+
+int run_command(std::span<const std::string> args) {
+  const auto parsed = parse(kSpec, args);
+  if (!parsed) {
+    std::cout << usage(kSpec);
+    return 0;
+  }
+  const std::string device = parsed->get("device", "auto");
+  if (device != "auto" && device != "cpu" && device != "gpu") {
+    throw UsageError("--device: expected auto, cpu or gpu, got '" + device + "'");
+  }
+  const int num_tokens = static_cast<int>(parsed->get_int("tokens", 4, 1, 1 << 20));
+  const int layer = static_cast<int>(parsed->get_int("layer", 0, 0, 1 << 20));
+  const uint64_t seed = parsed->get_u64("seed", 0);
+
+  MoeLayerWeights weights;
+  std::string source;
+  if (parsed->has("checkpoint")) {
+    if (has_shape_override(*parsed)) throw UsageError("--checkpoint takes its shape from the file; drop the shape overrides");
+    const Checkpoint checkpoint = Checkpoint::open(parsed->get("checkpoint", ""));
+    LoadedLayer loaded = load_gpt_oss_layer(checkpoint, layer);
+    weights = std::move(loaded.weights);
+    if (parsed->has("model")) {
+      const MoeShape expected = shape_from_args(*parsed);
+      if (expected.num_experts != weights.shape.num_experts || expected.hidden != weights.shape.hidden ||
+          expected.intermediate != weights.shape.intermediate) {
+        throw Error(checkpoint.path() + ": layer " + std::to_string(layer) + " has shape " + weights.shape.describe() +
+                    ", not the " + parsed->get("model", "") + " shape " + expected.describe());
+      }
+    }
+    source = "from " + checkpoint.path() + " (" + std::string(scheme_name(loaded.scheme)) + " scheme)";
+  } else {
+    weights = make_synthetic_layer(shape_from_args(*parsed), layer_seed(seed, layer));
+    source = parsed->get("model", "gpt-oss-20b") + (has_shape_override(*parsed) ? " with overrides" : "") +
+             ", synthetic (seed " + std::to_string(seed) + ")";
+  }
+  const std::vector<Bf16> x = make_activations(num_tokens, weights.shape.hidden, activation_seed(seed, layer));
+
+  const std::vector<GpuInfo> gpus = list_gpus();
+  if (device == "gpu") {
+    throw Error(gpus.empty() ? "--device gpu: no CUDA GPU is visible" : "--device gpu: the GPU layer is not built yet");
+  }
+  std::printf("layer: %s, layer %d, weights %s\n", weights.shape.describe().c_str(), layer, source.c_str());
+  std::printf("device: cpu (float32 reference, %d threads)%s\n", default_thread_count(),
+              device == "auto" && !gpus.empty() ? "; GPU path not built yet" : "");
+
+  const auto start = std::chrono::steady_clock::now();
+  const ReferenceResult result = reference_forward(weights, x, num_tokens);
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  std::printf("tokens: %d\n", num_tokens);
+  std::printf("time: %.3f ms\n", ms);
+  std::printf("output: [%d, %d] bf16, norm %.6g, checksum %016llx\n", num_tokens, weights.shape.hidden,
+              norm(result.out_bf16), static_cast<unsigned long long>(fnv1a(result.out_bf16)));
+  if (parsed->flag("check") && !check_against_f64(weights, x, num_tokens, result)) {
+    throw Error("check failed: the reference disagrees with the float64 evaluation");
+  }
+  return 0;
+}
+
+}  // namespace mxmoe::cli
