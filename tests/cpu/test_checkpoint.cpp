@@ -40,6 +40,8 @@ struct WriteCase {
   int shards;
 };
 
+void PrintTo(const WriteCase& c, std::ostream* os) { *os << scheme_name(c.scheme) << " x" << c.shards; }
+
 class SyntheticCheckpoint : public ::testing::TestWithParam<WriteCase> {};
 
 TEST_P(SyntheticCheckpoint, LoadsBackEveryLayerBitForBit) {

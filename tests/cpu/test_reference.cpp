@@ -48,6 +48,8 @@ struct ShapeCase {
   int tokens;
 };
 
+void PrintTo(const ShapeCase& c, std::ostream* os) { *os << c.name; }
+
 class ReferenceVsFloat64 : public ::testing::TestWithParam<ShapeCase> {};
 
 TEST_P(ReferenceVsFloat64, AgreesToOneInTenToTheFifthAndRoundsToBf16) {

@@ -65,6 +65,8 @@ struct MalformedHeader {
   std::string mentions;
 };
 
+void PrintTo(const MalformedHeader& c, std::ostream* os) { *os << c.name; }
+
 class SafetensorsMalformed : public ::testing::TestWithParam<MalformedHeader> {};
 
 TEST_P(SafetensorsMalformed, FailsWithOneClearError) {
