@@ -74,7 +74,9 @@ std::string usage(const CommandSpec& spec) {
   std::string text = "usage: mxmoe " + std::string(spec.name) + " " + std::string(spec.synopsis) + "\n\n" +
                      std::string(spec.summary) + "\n\noptions:\n";
   for (const auto& o : spec.options) {
-    std::string left = "  --" + std::string(o.name) + (o.value_name.empty() ? "" : " " + std::string(o.value_name));
+    std::string left = "  --";
+    left.append(o.name);
+    if (!o.value_name.empty()) left.append(" ").append(o.value_name);
     left.resize(std::max<size_t>(left.size() + 2, 28), ' ');
     text += left + std::string(o.help) + "\n";
   }

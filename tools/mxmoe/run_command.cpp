@@ -7,6 +7,7 @@
 
 #include "cli.hpp"
 #include "commands.hpp"
+#include "summary.hpp"
 #include "common/parallel.hpp"
 #include "mxmoe/checkpoint.hpp"
 #include "mxmoe/device.hpp"
@@ -40,32 +41,18 @@ constexpr CommandSpec kSpec{
 // Tokens checked by --check: all of a small batch, else 8 spread over it (rows are independent).
 constexpr int kMaxCheckedTokens = 8;
 
-uint64_t fnv1a(std::span<const Bf16> values) {
-  uint64_t hash = 0xcbf29ce484222325ull;
-  for (Bf16 v : values) {
-    for (int byte = 0; byte < 2; ++byte) hash = (hash ^ ((v.bits >> (8 * byte)) & 0xff)) * 0x100000001b3ull;
-  }
-  return hash;
-}
-
-double norm(std::span<const Bf16> values) {
-  double sum = 0.0;
-  for (Bf16 v : values) sum += static_cast<double>(bf16_to_float(v)) * bf16_to_float(v);
-  return std::sqrt(sum);
-}
-
 // Compares the float32 reference with the float64 evaluation on a sample of tokens; returns false
 // when either figure misses its bound.
 bool check_against_f64(const MoeLayerWeights& weights, std::span<const Bf16> x, int num_tokens,
                        const ReferenceResult& result) {
   const int h = weights.shape.hidden, k = weights.shape.top_k;
-  const int checked = std::min(num_tokens, kMaxCheckedTokens);
+  const std::vector<int> sample = sample_tokens(num_tokens, kMaxCheckedTokens);
+  const int checked = static_cast<int>(sample.size());
   std::vector<Bf16> x_sample;
   std::vector<float> out_sample;
   std::vector<Bf16> out_bf16_sample;
   std::vector<int32_t> experts_sample;
-  for (int s = 0; s < checked; ++s) {
-    const int t = static_cast<int>(static_cast<int64_t>(s) * num_tokens / checked);
+  for (int t : sample) {
     x_sample.insert(x_sample.end(), x.begin() + static_cast<size_t>(t) * h, x.begin() + static_cast<size_t>(t + 1) * h);
     out_sample.insert(out_sample.end(), result.out.begin() + static_cast<size_t>(t) * h,
                       result.out.begin() + static_cast<size_t>(t + 1) * h);
@@ -129,20 +116,22 @@ int run_command(std::span<const std::string> args) {
   const std::vector<Bf16> x = make_activations(num_tokens, weights.shape.hidden, activation_seed(seed, layer));
 
   const std::vector<GpuInfo> gpus = list_gpus();
-  if (device == "gpu") {
-    throw Error(gpus.empty() ? "--device gpu: no CUDA GPU is visible" : "--device gpu: the GPU layer is not built yet");
-  }
+  if (device == "gpu" && gpus.empty()) throw Error("--device gpu: no CUDA GPU is visible");
   std::printf("layer: %s, layer %d, weights %s\n", weights.shape.describe().c_str(), layer, source.c_str());
-  std::printf("device: cpu (float32 reference, %d threads)%s\n", default_thread_count(),
-              device == "auto" && !gpus.empty() ? "; GPU path not built yet" : "");
+  if (device == "gpu" || (device == "auto" && !gpus.empty())) {
+    if (!run_on_gpu(weights, x, num_tokens, parsed->flag("check"))) {
+      throw Error("check failed: the GPU output disagrees with the CPU reference");
+    }
+    return 0;
+  }
+  std::printf("device: cpu (float32 reference, %d threads)\n", default_thread_count());
 
   const auto start = std::chrono::steady_clock::now();
   const ReferenceResult result = reference_forward(weights, x, num_tokens);
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   std::printf("tokens: %d\n", num_tokens);
   std::printf("time: %.3f ms\n", ms);
-  std::printf("output: [%d, %d] bf16, norm %.6g, checksum %016llx\n", num_tokens, weights.shape.hidden,
-              norm(result.out_bf16), static_cast<unsigned long long>(fnv1a(result.out_bf16)));
+  print_output_summary(result.out_bf16, num_tokens, weights.shape.hidden);
   if (parsed->flag("check") && !check_against_f64(weights, x, num_tokens, result)) {
     throw Error("check failed: the reference disagrees with the float64 evaluation");
   }

@@ -1,0 +1,43 @@
+// A tactic is everything that changes an expert-GEMM kernel's binary or launch: the family, the
+// CTA tile, the warp layout, the pipeline depth, and the K split. A layer plan is the pair of
+// tactics for FC1 (with the SwiGLU epilogue) and FC2.
+#pragma once
+
+#include <span>
+#include <string>
+
+namespace mxmoe {
+
+enum class KernelFamily {
+  kGemv,     // weights streamed global -> registers, <= 8 rows per expert per pass (decode)
+  kMmaTile,  // weights and activations staged through a cp.async pipeline, tiles of 16-128 rows
+};
+
+enum class Stage { kFc1, kFc2 };
+
+struct Tactic {
+  KernelFamily family = KernelFamily::kGemv;
+  int tile_rows = 64;     // weight rows per CTA (multiple of 16)
+  int tile_tokens = 8;    // sorted rows (token copies) per CTA tile
+  int warps_rows = 4;     // warp grid over the CTA tile
+  int warps_tokens = 1;
+  int stages = 4;         // GEMV: records in flight per lane; tiled: cp.async stages
+  int k_split = 1;        // K split into this many partial sums (FC2 only)
+
+  int warps() const { return warps_rows * warps_tokens; }
+  std::string name() const;  // "gemv.r64.w4.u4.k1", "mma.r128x32.w4x1.s4.k1"
+  bool operator==(const Tactic&) const = default;
+};
+
+struct LayerPlan {
+  Tactic fc1;
+  Tactic fc2;
+};
+
+// The kernels built into this library (one entry per binary; k_split is a launch parameter and is
+// 1 in this list).
+std::span<const Tactic> compiled_tactics();
+
+inline constexpr int kMaxKSplit = 4;
+
+}  // namespace mxmoe

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# For a lent GPU machine: runs the steps named as arguments against a build made elsewhere
+# (./scripts/build.sh, then carry build/), writing full logs to $OUT and printing a short summary.
+#   tests       all GPU tests (ctest -L gpu)
+#   sanitizer   compute-sanitizer memcheck over a fast subset of the GPU tests
+#   bench ARGS  mxmoe bench with ARGS (up to the next step name)
+# ctest files hold the build machine's absolute paths, so /work/main is linked to this checkout.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out="${OUT:-/tmp/mxmoe-out}"
+mkdir -p "$out"
+if [ "$(pwd -P)" != "/work/main" ] && [ ! -e /work/main ]; then
+  mkdir -p /work && ln -s "$(pwd -P)" /work/main
+fi
+export PATH="/usr/local/cuda/bin:$PATH"
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv > "$out/gpu.txt" 2>&1
+summary=()
+status=0
+while [ $# -gt 0 ]; do
+  step="$1"; shift
+  case "$step" in
+    tests)
+      ctest --test-dir build -L gpu -j 1 --output-on-failure --timeout 900 > "$out/gpu-tests.log" 2>&1
+      rc=$?; status=$((status | rc))
+      summary+=("gpu tests: rc=$rc, $(grep -E 'tests passed|tests failed' "$out/gpu-tests.log" | tail -1)")
+      ;;
+    sanitizer)
+      filter='*odd_E5*:*GpuDequant*:*GpuLayerArguments*:*gpt_oss_20b_T1:*gpt_oss_20b_T9:*gpt_oss_120b_T5:*GpuLayerGraph*'
+      compute-sanitizer --tool memcheck --error-exitcode 9 build/tests/mxmoe_gpu_tests --gtest_filter="$filter" \
+        > "$out/sanitizer.log" 2>&1
+      rc=$?; status=$((status | rc))
+      summary+=("compute-sanitizer memcheck: rc=$rc, $(grep -E 'ERROR SUMMARY' "$out/sanitizer.log" | tail -1)")
+      ;;
+    bench)
+      args=()
+      while [ $# -gt 0 ] && [ "$1" != tests ] && [ "$1" != sanitizer ] && [ "$1" != bench ]; do args+=("$1"); shift; done
+      build/mxmoe bench --json "$out/bench.json" "${args[@]}" > "$out/bench.log" 2>&1
+      rc=$?; status=$((status | rc))
+      summary+=("bench: rc=$rc (table below)")
+      ;;
+    *) echo "device-check: unknown step '$step'" >&2; exit 2 ;;
+  esac
+done
+cat "$out/gpu.txt"
+[ -f "$out/gpu-tests.log" ] && grep -E '\*\*\*Failed|Failed  |Exception' "$out/gpu-tests.log" | head -20
+printf '%s\n' "${summary[@]}"
+[ -f "$out/bench.log" ] && tail -40 "$out/bench.log"
+exit $status

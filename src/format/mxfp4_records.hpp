@@ -1,0 +1,38 @@
+// Repacking checkpoint MXFP4 matrices ([experts, rows, K/32, 16] values, [experts, rows, K/32]
+// scales) into the record layout of kernels/mxfp4_fragment.cuh, and back (for round-trip tests).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace mxmoe {
+
+enum class RowOrder {
+  kIdentity,      // packed row r = checkpoint row r (FC2)
+  kGluLinSplit,   // FC1: record rows 0-7 glu, 8-15 linear of the same 8 outputs
+};
+
+struct RecordGeometry {
+  int experts = 0;
+  int rows = 0;  // multiple of 16
+  int k = 0;     // multiple of 32
+
+  int row_tiles() const { return rows / 16; }
+  int k_tiles() const { return (k + 63) / 64; }
+  size_t records_per_expert() const { return static_cast<size_t>(row_tiles()) * k_tiles(); }
+  size_t bytes() const;
+  int checkpoint_row(int packed_row, RowOrder order) const;
+};
+
+// Throws Error if the sizes disagree with the geometry. Parallel over experts and row tiles.
+std::vector<uint8_t> pack_records(const RecordGeometry& g, RowOrder order, std::span<const uint8_t> blocks,
+                                  std::span<const uint8_t> scales);
+void unpack_records(const RecordGeometry& g, RowOrder order, std::span<const uint8_t> records,
+                    std::span<uint8_t> blocks, std::span<uint8_t> scales);
+
+// Per-row vectors (biases) in packed row order, as float.
+std::vector<float> pack_row_vector(const RecordGeometry& g, RowOrder order, std::span<const uint16_t> bf16_bits);
+
+}  // namespace mxmoe

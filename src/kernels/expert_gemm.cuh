@@ -1,0 +1,87 @@
+// What the two expert-GEMM families share: their arguments, and the epilogue that turns one warp's
+// 16-row x 8-token accumulator tile into outputs.
+//
+// Orientation: weight rows are the MMA's M side (one 16-row record), tokens its N side (8 per MMA),
+// so a single token wastes nothing on the weight side. The accumulator tile of lane l holds
+//   acc[0], acc[1]: record row g, tokens 2 q and 2 q + 1;  acc[2], acc[3]: row g + 8, same tokens
+// with g = l / 4, q = l % 4. For FC1, record rows g and g + 8 are glu(j) and lin(j) of the same
+// output j = 8 * row_tile + g (mxfp4_fragment.cuh), so the SwiGLU is applied right here.
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include "kernels/device_utils.cuh"
+#include "kernels/expert_gemm_args.hpp"
+#include "kernels/mxfp4_fragment.cuh"
+
+namespace mxmoe::kernels {
+
+// gpt-oss SwiGLU, NaN-propagating like the reference (min / clamp written as comparisons).
+__device__ __forceinline__ float gpt_oss_swiglu(float glu, float lin) {
+  constexpr float kLimit = 7.0f, kAlpha = 1.702f;
+  glu = kLimit < glu ? kLimit : glu;
+  lin = lin < -kLimit ? -kLimit : (kLimit < lin ? kLimit : lin);
+  return glu / (1.0f + expf(-kAlpha * glu)) * (lin + 1.0f);
+}
+
+// Stores one accumulator tile: `row_tile` is the record's row tile, `first_row` the sorted row of
+// the tile's token 0, `tokens` how many of its 8 tokens exist. FC2 adds the bias in split 0 only.
+template <bool kFc1>
+__device__ __forceinline__ void store_accumulators(const ExpertGemmArgs& args, const float (&acc)[4], int expert,
+                                                   int row_tile, int first_row, int tokens, int split) {
+  const int lane = threadIdx.x % 32;
+  const int g = lane / 4, token = 2 * (lane % 4);
+  const float* bias = args.bias + static_cast<long long>(expert) * args.rows + 16 * row_tile;
+  if constexpr (kFc1) {
+    const int columns = args.rows / 2;
+    const int column = 8 * row_tile + g;
+    auto* out = static_cast<__nv_bfloat16*>(args.output);
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      if (token + i < tokens) {
+        const float a = gpt_oss_swiglu(acc[i] + bias[g], acc[2 + i] + bias[g + 8]);
+        out[static_cast<long long>(first_row + token + i) * columns + column] = __float2bfloat16_rn(a);
+      }
+    }
+  } else {
+    const int row = 16 * row_tile + g;
+    const float bias_low = split == 0 ? bias[g] : 0.0f, bias_high = split == 0 ? bias[g + 8] : 0.0f;
+    float* out = static_cast<float*>(args.output) + split * args.split_stride;
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      if (token + i < tokens) {
+        float* y = out + static_cast<long long>(first_row + token + i) * args.rows + row;
+        y[0] = acc[i] + bias_low;
+        y[8] = acc[2 + i] + bias_high;
+      }
+    }
+  }
+}
+
+// The source row of sorted row `row`: FC1 gathers the token's x row, FC2 reads its own row.
+template <bool kFc1>
+__device__ __forceinline__ long long input_row(const ExpertGemmArgs& args, int row) {
+  return kFc1 ? args.sorted_pairs[row] / args.top_k : row;
+}
+
+// The B fragments of one 8-token tile over a record's 64 K: `b_row` is this lane's ldmatrix row
+// address (token lane % 8, K offset 8 * (lane / 8)) at the record's first K; b[2 j], b[2 j + 1]
+// feed k-step j.
+__device__ __forceinline__ void load_token_fragments(unsigned (&b)[8], const __nv_bfloat16* b_row) {
+  unsigned lo[4], hi[4];
+  ldmatrix_x4(lo, b_row);       // k-steps 0 and 1
+  ldmatrix_x4(hi, b_row + 32);  // k-steps 2 and 3
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    b[i] = lo[i];
+    b[4 + i] = hi[i];
+  }
+}
+
+// Four MMAs: one record's 16 rows x 64 K times one 8-token tile.
+__device__ __forceinline__ void mma_record(float (&acc)[4], const unsigned (&a)[4][4], const unsigned (&b)[8]) {
+#pragma unroll
+  for (int j = 0; j < 4; ++j) mma_bf16_m16n8k16(acc, a[j], b[2 * j], b[2 * j + 1]);
+}
+
+}  // namespace mxmoe::kernels

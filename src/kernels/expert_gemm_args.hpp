@@ -1,0 +1,26 @@
+// The arguments of both expert-GEMM families (plain data, shared by the host launcher and the
+// kernels).
+#pragma once
+
+#include <cuda_bf16.h>
+
+namespace mxmoe::kernels {
+
+struct ExpertGemmArgs {
+  const unsigned char* records;  // [E][rows / 16][k_tiles] records
+  const float* bias;             // [E][rows], packed row order
+  const __nv_bfloat16* input;    // FC1: x [T, K]; FC2: activation [pairs, K] in sorted-row order
+  const int* sorted_pairs;       // FC1 reads x row sorted_pairs[row] / top_k; FC2 reads its own row
+  int top_k;
+  int rows;     // FC1: 2 I; FC2: H
+  int k;        // FC1: H; FC2: I (a multiple of 32)
+  int k_tiles;  // ceil(k / 64)
+  int num_experts;
+  const int* expert_offsets;  // [E + 1]
+  const int* active_experts;  // [E + 1]
+  const int* tile_offsets;    // [E + 1] for the kernel's token-tile size (tiled family)
+  void* output;               // FC1: bf16 [pairs, rows / 2]; FC2: fp32 [k_split][pairs, rows]
+  long long split_stride;     // FC2: elements between k-split partials
+};
+
+}  // namespace mxmoe::kernels

@@ -1,0 +1,135 @@
+// The tiled expert family, for more than a handful of rows per expert (prefill): a CTA computes
+// kTileRows weight rows x kTileTokens sorted rows of one expert, staging each 64-wide K slice of
+// both operands in shared memory with a kStages-deep cp.async pipeline. Warps split the tile
+// kWarpsRows x kWarpsTokens; a warp dequantizes its records once per K slice and reuses them for all
+// its token columns. Small kTileTokens (16, 32) is the small-tile variant for tens of rows per
+// expert; 64 and 128 the large tiles for prefill.
+//
+// Grid: x = token-tile slot (upper bound pairs / kTileTokens + min(E, pairs); a CTA past the last
+// tile exits), y = rows / kTileRows (rounded up), z = k-split (FC2 only). Neighbouring CTAs share
+// a weight row tile, so its records are served from L2 to every token tile of the expert.
+// Budget: per CTA, kTileRows x K weights (0.53 bytes each) and kTileTokens x K activations (2
+// bytes), 2 kTileRows kTileTokens K FLOPs; with 128 x 128 tiles that is ~100 FLOPs per byte, so
+// large tiles are bound by the tensor cores (and the dequantization feeding them), small ones by
+// memory.
+#pragma once
+
+#include "kernels/expert_gemm.cuh"
+
+namespace mxmoe::kernels {
+
+template <int kTileRows, int kTileTokens, int kStages>
+struct MmaTileSmem {
+  static constexpr int kRecords = kTileRows / kRecordRows;
+  static constexpr int kRowStride = kRecordK + 8;  // bf16; 16 extra bytes keep ldmatrix conflict-free
+  static constexpr int kWeightBytes = kRecords * kRecordBytes;
+  static constexpr int kActivationBytes = kTileTokens * kRowStride * 2;
+  static constexpr int kStageBytes = kWeightBytes + kActivationBytes;
+  static constexpr int kBytes = kStages * kStageBytes + kTileTokens * 8;  // + source row of each token
+};
+
+template <int kTileRows, int kTileTokens, int kWarpsRows, int kWarpsTokens, int kStages, bool kFc1>
+__global__ void __launch_bounds__(kWarpsRows * kWarpsTokens * 32)
+    expert_mma_tile_kernel(ExpertGemmArgs args, int k_split) {
+  using Smem = MmaTileSmem<kTileRows, kTileTokens, kStages>;
+  constexpr int kThreads = kWarpsRows * kWarpsTokens * 32;
+  constexpr int kWarpRecords = kTileRows / kWarpsRows / kRecordRows;
+  constexpr int kWarpTiles = kTileTokens / kWarpsTokens / 8;  // 8-token MMA tiles per warp
+  static_assert(kWarpRecords >= 1 && kTileRows % (kWarpsRows * kRecordRows) == 0, "warp rows: whole records");
+  static_assert(kWarpTiles >= 1 && kTileTokens % (kWarpsTokens * 8) == 0, "warp tokens: whole 8-token tiles");
+  static_assert(kStages >= 2, "a pipeline needs two stages");
+  unsigned char* smem = dynamic_smem();
+  long long* source_rows = reinterpret_cast<long long*>(smem + kStages * Smem::kStageBytes);
+
+  // Which expert and which of its token tiles this CTA owns.
+  const int tile = blockIdx.x;
+  if (tile >= args.tile_offsets[args.num_experts]) return;
+  int lo = 0, hi = args.num_experts - 1;  // the expert e with tile_offsets[e] <= tile < tile_offsets[e + 1]
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (args.tile_offsets[mid] <= tile) lo = mid; else hi = mid - 1;
+  }
+  const int expert = lo;
+  const int first_row = args.expert_offsets[expert] + (tile - args.tile_offsets[expert]) * kTileTokens;
+  const int tokens = min(kTileTokens, args.expert_offsets[expert + 1] - first_row);
+  const int row_tiles = args.rows / kRecordRows;
+  const int first_row_tile = blockIdx.y * Smem::kRecords;
+  const int split = blockIdx.z;
+  const int kt_begin = split * args.k_tiles / k_split, kt_end = (split + 1) * args.k_tiles / k_split;
+  const int k_slices = kt_end - kt_begin;
+
+  for (int r = threadIdx.x; r < kTileTokens; r += kThreads) {
+    source_rows[r] = r < tokens ? input_row<kFc1>(args, first_row + r) * args.k : -1;
+  }
+  __syncthreads();
+
+  const unsigned char* expert_records = args.records + static_cast<long long>(expert) * row_tiles * args.k_tiles * kRecordBytes;
+  auto load_slice = [&](int slice) {
+    unsigned char* stage = smem + (slice % kStages) * Smem::kStageBytes;
+    const int kt = kt_begin + slice;
+    constexpr int kRecordChunks = kRecordBytes / 16;
+    for (int c = threadIdx.x; c < Smem::kRecords * kRecordChunks; c += kThreads) {
+      const int record = c / kRecordChunks, chunk = c % kRecordChunks;
+      const bool valid = first_row_tile + record < row_tiles;
+      const unsigned char* src =
+          expert_records + ((static_cast<long long>(first_row_tile + record) * args.k_tiles + kt) * kRecordBytes + 16 * chunk);
+      cp_async_16(stage + record * kRecordBytes + 16 * chunk, valid ? src : args.records, valid);
+    }
+    auto* activations = reinterpret_cast<__nv_bfloat16*>(stage + Smem::kWeightBytes);
+    for (int c = threadIdx.x; c < kTileTokens * 8; c += kThreads) {
+      const int r = c / 8, k = kt * kRecordK + 8 * (c % 8);
+      const bool valid = source_rows[r] >= 0 && k < args.k;
+      cp_async_16(activations + r * Smem::kRowStride + 8 * (c % 8), valid ? args.input + source_rows[r] + k : args.input,
+                  valid);
+    }
+  };
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int warp_row = warp / kWarpsTokens, warp_token = warp % kWarpsTokens;
+  float acc[kWarpRecords][kWarpTiles][4] = {};
+
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < k_slices) load_slice(s);
+    cp_async_commit();
+  }
+  for (int slice = 0; slice < k_slices; ++slice) {
+    cp_async_wait<kStages - 2>();
+    __syncthreads();  // slice is in; everyone is done with the stage the next load overwrites
+    if (slice + kStages - 1 < k_slices) load_slice(slice + kStages - 1);
+    cp_async_commit();
+
+    const unsigned char* stage = smem + (slice % kStages) * Smem::kStageBytes;
+    const auto* activations = reinterpret_cast<const __nv_bfloat16*>(stage + Smem::kWeightBytes);
+    unsigned a[kWarpRecords][4][4];
+#pragma unroll
+    for (int r = 0; r < kWarpRecords; ++r) {
+      const unsigned char* record = stage + (warp_row * kWarpRecords + r) * kRecordBytes;
+      dequantize_record(*reinterpret_cast<const uint4*>(record + 16 * lane),
+                        *reinterpret_cast<const unsigned*>(record + kRecordValueBytes + 4 * (lane / 4)), a[r]);
+    }
+#pragma unroll
+    for (int t = 0; t < kWarpTiles; ++t) {
+      const __nv_bfloat16* b_row =
+          activations + ((warp_token * kWarpTiles + t) * 8 + lane % 8) * Smem::kRowStride + 8 * (lane / 8);
+      unsigned b[8];
+      load_token_fragments(b, b_row);
+#pragma unroll
+      for (int r = 0; r < kWarpRecords; ++r) mma_record(acc[r][t], a[r], b);
+    }
+  }
+  cp_async_wait<0>();
+
+#pragma unroll
+  for (int r = 0; r < kWarpRecords; ++r) {
+    const int row_tile = first_row_tile + warp_row * kWarpRecords + r;
+    if (row_tile >= row_tiles) continue;
+#pragma unroll
+    for (int t = 0; t < kWarpTiles; ++t) {
+      const int token0 = (warp_token * kWarpTiles + t) * 8;
+      store_accumulators<kFc1>(args, acc[r][t], expert, row_tile, first_row + token0, tokens - token0, split);
+    }
+  }
+}
+
+}  // namespace mxmoe::kernels

@@ -1,0 +1,95 @@
+// The packed MXFP4 weight layout every mxmoe kernel reads, and its dequantization into mma.sync
+// fragments. Compiles for the host too, so that packing and tests share these definitions.
+//
+// A weight matrix [rows, K] (rows a multiple of 16, K a multiple of 32, padded to 64) is cut into
+// records of 16 rows x 64 K, stored row-tile major (all K records of rows 0-15, then rows 16-31...):
+//
+//   record = 512 bytes of E2M1 values, then 32 bytes of E8M0 scales  (544 bytes, 16-byte aligned)
+//
+// Values: lane l of a warp owns bytes [16 l, 16 l + 16): one 32-bit word per 16-wide k-step j of the
+// record. With g = l / 4 and c = 2 (l % 4), word j holds exactly the eight elements that the
+// m16n8k16 A fragment (row-major 16 x 16 tile at K offset 16 j) gives lane l:
+//   fragment register i      elements (row, k - 16 j)        nibbles (low half, high half)
+//   0  a0 a1                 (g, c), (g, c + 1)              3, 7
+//   1  a2 a3                 (g + 8, c), (g + 8, c + 1)      2, 6
+//   2  a4 a5                 (g, c + 8), (g, c + 9)          1, 5
+//   3  a6 a7                 (g + 8, c + 8), (g + 8, c + 9)  0, 4
+// so one 16-byte load per lane per record feeds four MMAs with no shuffles, and a nibble pair
+// becomes a bf16x2 register in three integer operations (e2m1_pair_bits).
+// Scales: word g (bytes 512 + 4 g) = [s(g, b0), s(g + 8, b0), s(g, b1), s(g + 8, b1)], where b0
+// covers k-steps 0-1 and b1 k-steps 2-3; lanes of a quad read the same word.
+// The same fragment is also the B operand of a weight-as-B MMA, so the layout does not fix an
+// orientation; mxmoe's kernels put weight rows on the MMA's M side and tokens on its N side.
+#pragma once
+
+#if defined(__CUDACC__)
+#define MXMOE_HOST_DEVICE __host__ __device__ __forceinline__
+#else
+#define MXMOE_HOST_DEVICE inline
+#endif
+
+namespace mxmoe::kernels {
+
+constexpr int kRecordRows = 16;
+constexpr int kRecordK = 64;
+constexpr int kRecordValueBytes = 512;
+constexpr int kRecordScaleBytes = 32;
+constexpr int kRecordBytes = kRecordValueBytes + kRecordScaleBytes;
+
+// Nibble pair i (0-3) of `word` as bf16x2 bits worth value * 2^-126: the sign goes to bit 15 and
+// the 3 magnitude bits (e e m) to the bottom of the bf16 exponent and the top of its mantissa, so
+// exponent field 0 gives the E2M1 subnormal 0.5 as the bf16 subnormal 2^-127. Pair i is nibbles
+// (3 - i, 7 - i): low half from the low 16 bits.
+MXMOE_HOST_DEVICE unsigned e2m1_pair_bits(unsigned word, int pair) {
+  const unsigned w = word << (4 * pair);
+  return (w & 0x80008000u) | ((w & 0x70007000u) >> 6);
+}
+
+// bf16 bits of the E8M0 scale 2^(s - 127): exponent field s; s = 0 is the subnormal 2^-127 and
+// s = 255 is NaN.
+MXMOE_HOST_DEVICE unsigned e8m0_to_bf16_bits(unsigned s) {
+  return (s << 7) | ((s == 0u || s == 255u) ? 0x40u : 0u);
+}
+
+// Row r of record (row_tile t) of a matrix whose packed rows are FC1's: record rows 0-7 are the glu
+// rows of outputs 8 t .. 8 t + 7 and record rows 8-15 the linear rows of the same outputs, so the
+// thread that holds glu(j) in its accumulators also holds lin(j). Returns the checkpoint row
+// (checkpoint FC1 rows interleave glu = 2 j, linear = 2 j + 1).
+MXMOE_HOST_DEVICE int fc1_checkpoint_row(int packed_row) {
+  const int output = 8 * (packed_row / 16) + packed_row % 8;
+  return 2 * output + ((packed_row % 16) >= 8 ? 1 : 0);
+}
+
+}  // namespace mxmoe::kernels
+
+#if defined(__CUDACC__)
+#include "kernels/device_utils.cuh"
+
+namespace mxmoe::kernels {
+
+// One record's share of a lane (16 value bytes, its quad's 4 scale bytes) as four k-steps of
+// m16n8k16 A fragments: a[j] feeds the MMA at K offset 16 j. Cost per 32 weights: 16 pair
+// extractions (~3 integer ops each) and 32 bf16x2 multiplies; the first multiply by 2^126 turns
+// the extraction's subnormal-based encoding into the E2M1 value, the second applies the block scale
+// (split in two so that every E8M0 code, 0 and 255 included, is exact).
+__device__ __forceinline__ void dequantize_record(uint4 values, unsigned scale_word, unsigned (&a)[4][4]) {
+  constexpr unsigned kTwoTo126 = 0x7E807E80u;
+  unsigned factor[4];  // [rows g, b0], [rows g + 8, b0], [rows g, b1], [rows g + 8, b1]
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const unsigned bits = e8m0_to_bf16_bits((scale_word >> (8 * i)) & 0xFFu);
+    factor[i] = bits | (bits << 16);
+  }
+  const unsigned words[4] = {values.x, values.y, values.z, values.w};
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+#pragma unroll
+    for (int reg = 0; reg < 4; ++reg) {
+      const unsigned upper_rows = (reg == 1 || reg == 3) ? 1 : 0;
+      a[j][reg] = bf16x2_mul(bf16x2_mul(e2m1_pair_bits(words[j], reg), kTwoTo126), factor[2 * (j / 2) + upper_rows]);
+    }
+  }
+}
+
+}  // namespace mxmoe::kernels
+#endif

@@ -1,0 +1,213 @@
+// Routing on the device: router logits, top-k with softmax, and the expert-sorted permutation.
+// No kernel here needs the host to know how many tokens each expert got.
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include "kernels/device_utils.cuh"
+#include "route/route_buffers.hpp"
+
+namespace mxmoe::kernels {
+
+constexpr int kLogitWarps = 8;   // experts per CTA, one per warp
+constexpr int kLogitTokens = 8;  // tokens per CTA
+
+// logits [T, E] = x [T, H] . W [E, H]^T + b, fp32 accumulation. Grid: x = token groups of 8,
+// y = expert groups of 8.
+// Budget: reads W (E H 2 bytes) once per 8 tokens (from L2 after the first CTA) and x once per 8
+// experts; 2 T E H FLOPs on the CUDA cores: small beside the experts at every T.
+__global__ void __launch_bounds__(kLogitWarps * 32)
+    router_logits_kernel(const __nv_bfloat16* x, const __nv_bfloat16* weight, const float* bias, float* logits,
+                         int num_tokens, int num_experts, int hidden) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int expert = blockIdx.y * kLogitWarps + warp;
+  const int token0 = blockIdx.x * kLogitTokens;
+  if (expert >= num_experts) return;
+  const int tokens = min(kLogitTokens, num_tokens - token0);
+  float acc[kLogitTokens] = {};
+  for (int chunk = lane; chunk < hidden / 8; chunk += 32) {
+    const uint4 w = *reinterpret_cast<const uint4*>(weight + static_cast<long long>(expert) * hidden + 8 * chunk);
+    const unsigned w_words[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+    for (int t = 0; t < kLogitTokens; ++t) {
+      if (t >= tokens) break;
+      const uint4 v = *reinterpret_cast<const uint4*>(x + static_cast<long long>(token0 + t) * hidden + 8 * chunk);
+      const unsigned x_words[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        acc[t] += bf16_bits_to_float(x_words[i] & 0xFFFF) * bf16_bits_to_float(w_words[i] & 0xFFFF);
+        acc[t] += bf16_bits_to_float(x_words[i] >> 16) * bf16_bits_to_float(w_words[i] >> 16);
+      }
+    }
+  }
+#pragma unroll
+  for (int t = 0; t < kLogitTokens; ++t) {
+    for (int offset = 16; offset > 0; offset /= 2) acc[t] += __shfl_xor_sync(0xffffffffu, acc[t], offset);
+    if (lane == 0 && t < tokens) logits[static_cast<long long>(token0 + t) * num_experts + expert] = acc[t] + bias[expert];
+  }
+}
+
+// Ranking of (logit, expert): larger logit first, ties to the lower expert, NaN below everything.
+struct Ranked {
+  float key;
+  int expert;
+};
+__device__ __forceinline__ bool ranks_before(Ranked a, Ranked b) {
+  return a.key > b.key || (a.key == b.key && a.expert < b.expert);
+}
+
+constexpr int kSelectWarps = 8;  // tokens per CTA, one per warp
+
+// Top-k over each token's logits and the softmax over the k selected. Round s takes the best entry
+// ranked after round s-1's pick, so nothing needs marking. Lane s keeps slot s.
+// Budget: reads T E 4 bytes once; k rounds of E/32 compares and 5 shuffles per token.
+__global__ void __launch_bounds__(kSelectWarps * 32)
+    select_experts_kernel(const float* logits, int num_tokens, int num_experts, int top_k, RouteBuffers route) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int token = blockIdx.x * kSelectWarps + warp;
+  if (token >= num_tokens) return;
+  const float* row = logits + static_cast<long long>(token) * num_experts;
+  Ranked previous{INFINITY, -1};
+  float my_logit = 0.0f;
+  int my_expert = -1;
+  for (int slot = 0; slot < top_k; ++slot) {
+    Ranked best{-INFINITY, num_experts};
+    for (int e = lane; e < num_experts; e += 32) {
+      const float v = row[e];
+      const Ranked candidate{isnan(v) ? -INFINITY : v, e};
+      if ((slot == 0 || ranks_before(previous, candidate)) && (best.expert == num_experts || ranks_before(candidate, best))) {
+        best = candidate;
+      }
+    }
+    for (int offset = 16; offset > 0; offset /= 2) {
+      const Ranked other{__shfl_xor_sync(0xffffffffu, best.key, offset), __shfl_xor_sync(0xffffffffu, best.expert, offset)};
+      if (other.expert != num_experts && (best.expert == num_experts || ranks_before(other, best))) best = other;
+    }
+    previous = best;
+    if (lane == slot) {
+      my_expert = best.expert;
+      my_logit = row[best.expert];  // the raw value: a NaN logit makes NaN weights, as in the reference
+    }
+  }
+  const float max_logit = __shfl_sync(0xffffffffu, my_logit, 0);
+  const float e = lane < top_k ? expf(my_logit - max_logit) : 0.0f;
+  float sum = e;
+  for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+  if (lane < top_k) {
+    route.topk_experts[token * top_k + lane] = my_expert;
+    route.topk_weights[token * top_k + lane] = e / sum;
+  }
+}
+
+constexpr int kPermuteThreads = 1024;
+constexpr int kPermuteSmemBytes = 48 * 1024;
+
+// Segments (warps) of the pair list whose per-expert histograms fit the shared-memory budget.
+__host__ __device__ inline int permute_segments(int num_experts) {
+  const int fit = (kPermuteSmemBytes - 4 * (num_experts + 1)) / (4 * num_experts);
+  return fit < 1 ? 1 : (fit > kPermuteThreads / 32 ? kPermuteThreads / 32 : fit);
+}
+
+// The expert-sorted permutation, in one CTA. Warp w owns a contiguous segment of pairs and counts
+// them per expert in hist[w][*], ranking pairs of the same expert within each 32-pair chunk by lane
+// (match.any); a scan over segments then over experts gives every pair its sorted row:
+//   row(p) = offset[e] + (pairs of e in earlier segments) + (pairs of e earlier in p's segment).
+// Budget: a few reads and writes per pair plus O(S E) shared-memory work; one CTA, so this is a
+// latency term (microseconds), not a bandwidth one.
+__global__ void __launch_bounds__(kPermuteThreads)
+    permute_kernel(int num_pairs, int num_experts, RouteBuffers route) {
+  int* smem = reinterpret_cast<int*>(dynamic_smem());
+  const int segments = permute_segments(num_experts);
+  int* hist = smem;                                 // [segments][E]
+  int* offsets = smem + segments * num_experts;     // [E + 1]
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const unsigned lanes_below = (1u << lane) - 1u;
+  for (int i = threadIdx.x; i < segments * num_experts; i += blockDim.x) hist[i] = 0;
+  __syncthreads();
+
+  const int seg_begin = static_cast<int>(static_cast<long long>(warp) * num_pairs / segments);
+  const int seg_end = static_cast<int>(static_cast<long long>(warp + 1) * num_pairs / segments);
+  if (warp < segments) {
+    int* my_hist = hist + warp * num_experts;
+    for (int base = seg_begin; base < seg_end; base += 32) {
+      const int pair = base + lane;
+      const bool valid = pair < seg_end;
+      const int expert = valid ? route.topk_experts[pair] : -1;
+      const unsigned peers = __match_any_sync(0xffffffffu, expert);
+      const int before = valid ? my_hist[expert] : 0;
+      __syncwarp();
+      if (valid) {
+        route.pair_rows[pair] = before + __popc(peers & lanes_below);  // rank within the segment, for now
+        if ((peers & lanes_below) == 0) my_hist[expert] = before + __popc(peers);
+      }
+      __syncwarp();
+    }
+  }
+  __syncthreads();
+
+  // Per expert: exclusive scan over segments, and the expert's total.
+  for (int e = threadIdx.x; e < num_experts; e += blockDim.x) {
+    int running = 0;
+    for (int s = 0; s < segments; ++s) {
+      const int c = hist[s * num_experts + e];
+      hist[s * num_experts + e] = running;
+      running += c;
+    }
+    route.expert_counts[e] = running;
+  }
+  __syncthreads();
+
+  // Warp 0: exclusive scans over experts of the rows, the active flags and each tile size's tiles.
+  if (warp == 0) {
+    const int per_lane = (num_experts + 31) / 32;
+    const int first = lane * per_lane, last = min(num_experts, first + per_lane);
+    int sums[2 + kTileSizeCount] = {};
+    for (int e = first; e < last; ++e) {
+      const int c = route.expert_counts[e];
+      sums[0] += c;
+      sums[1] += c > 0;
+#pragma unroll
+      for (int i = 0; i < kTileSizeCount; ++i) sums[2 + i] += (c + (8 << i) - 1) / (8 << i);
+    }
+#pragma unroll
+    for (int q = 0; q < 2 + kTileSizeCount; ++q) {
+      int inclusive = sums[q];
+      for (int offset = 1; offset < 32; offset *= 2) {
+        const int up = __shfl_up_sync(0xffffffffu, inclusive, offset);
+        if (lane >= offset) inclusive += up;
+      }
+      sums[q] = inclusive - sums[q];  // exclusive prefix of this lane's chunk
+    }
+    for (int e = first; e < last; ++e) {
+      const int c = route.expert_counts[e];
+      offsets[e] = sums[0];
+      route.expert_offsets[e] = sums[0];
+      sums[0] += c;
+      if (c > 0) route.active_experts[sums[1]++] = e;
+#pragma unroll
+      for (int i = 0; i < kTileSizeCount; ++i) {
+        route.tile_offsets[i * (num_experts + 1) + e] = sums[2 + i];
+        sums[2 + i] += (c + (8 << i) - 1) / (8 << i);
+      }
+    }
+    if (lane == 31) {
+      offsets[num_experts] = sums[0];
+      route.expert_offsets[num_experts] = sums[0];
+      route.active_experts[num_experts] = sums[1];
+      for (int i = 0; i < kTileSizeCount; ++i) route.tile_offsets[i * (num_experts + 1) + num_experts] = sums[2 + i];
+    }
+  }
+  __syncthreads();
+
+  if (warp < segments) {
+    const int* my_hist = hist + warp * num_experts;
+    for (int pair = seg_begin + lane; pair < seg_end; pair += 32) {
+      const int expert = route.topk_experts[pair];
+      const int row = offsets[expert] + my_hist[expert] + route.pair_rows[pair];
+      route.sorted_pairs[row] = pair;
+      route.pair_rows[pair] = row;
+    }
+  }
+}
+
+}  // namespace mxmoe::kernels

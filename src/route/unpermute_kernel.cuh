@@ -1,0 +1,47 @@
+// The weighted un-permute: out[t] = sum over slots s of w(t, s) * (sum over k-splits of y[split][row(t, s)]),
+// slots in order and splits in order, so the result is bit-identical run after run.
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include "kernels/device_utils.cuh"
+#include "route/route_buffers.hpp"
+
+namespace mxmoe::kernels {
+
+constexpr int kUnpermuteThreads = 128;  // each thread: 8 consecutive outputs of one token
+// Grid: x = tokens, y = column blocks of 8 x kUnpermuteThreads.
+
+// Budget: reads top_k x splits fp32 rows of H per token, writes H bf16; bandwidth-bound, small
+// beside the expert weights at decode.
+__global__ void __launch_bounds__(kUnpermuteThreads)
+    unpermute_kernel(const float* y, long long split_stride, int k_split, int hidden, int top_k, RouteBuffers route,
+                     __nv_bfloat16* out) {
+  const int token = blockIdx.x;
+  const int column = 8 * (blockIdx.y * kUnpermuteThreads + threadIdx.x);
+  if (column >= hidden) return;
+  float acc[8] = {};
+  for (int slot = 0; slot < top_k; ++slot) {
+    const int pair = token * top_k + slot;
+    const float weight = route.topk_weights[pair];
+    const float* row = y + static_cast<long long>(route.pair_rows[pair]) * hidden + column;
+    float sum[8] = {};
+    for (int split = 0; split < k_split; ++split) {
+      const float4 lo = *reinterpret_cast<const float4*>(row + split * split_stride);
+      const float4 hi = *reinterpret_cast<const float4*>(row + split * split_stride + 4);
+      sum[0] += lo.x, sum[1] += lo.y, sum[2] += lo.z, sum[3] += lo.w;
+      sum[4] += hi.x, sum[5] += hi.y, sum[6] += hi.z, sum[7] += hi.w;
+    }
+#pragma unroll
+    for (int i = 0; i < 8; ++i) acc[i] += weight * sum[i];
+  }
+  uint4 packed;
+  unsigned* words = reinterpret_cast<unsigned*>(&packed);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    words[i] = float_to_bf16_bits(acc[2 * i]) | (static_cast<unsigned>(float_to_bf16_bits(acc[2 * i + 1])) << 16);
+  }
+  *reinterpret_cast<uint4*>(out + static_cast<long long>(token) * hidden + column) = packed;
+}
+
+}  // namespace mxmoe::kernels

@@ -1,0 +1,40 @@
+#include "runner/workspace.hpp"
+
+#include "mxmoe/tactic.hpp"
+
+namespace mxmoe {
+
+WorkspaceLayout WorkspaceLayout::of(const MoeShape& shape, int num_tokens) {
+  const size_t tokens = static_cast<size_t>(num_tokens), pairs = tokens * shape.top_k;
+  const size_t experts = shape.num_experts;
+  WorkspaceLayout w;
+  size_t at = 0;
+  auto take = [&](size_t bytes) {
+    const size_t offset = at;
+    at += (bytes + 255) / 256 * 256;
+    return offset;
+  };
+  w.logits = take(tokens * experts * 4);
+  w.topk_experts = take(pairs * 4);
+  w.topk_weights = take(pairs * 4);
+  w.expert_counts = take(experts * 4);
+  w.expert_offsets = take((experts + 1) * 4);
+  w.active_experts = take((experts + 1) * 4);
+  w.tile_offsets = take(kernels::kTileSizeCount * (experts + 1) * 4);
+  w.sorted_pairs = take(pairs * 4);
+  w.pair_rows = take(pairs * 4);
+  w.activation = take(pairs * shape.intermediate * 2);
+  w.expert_out = take(static_cast<size_t>(kMaxKSplit) * pairs * shape.hidden * 4);
+  w.total = at;
+  return w;
+}
+
+kernels::RouteBuffers WorkspaceLayout::route(void* base) const {
+  auto* b = static_cast<unsigned char*>(base);
+  return {reinterpret_cast<int*>(b + topk_experts),   reinterpret_cast<float*>(b + topk_weights),
+          reinterpret_cast<int*>(b + expert_counts),  reinterpret_cast<int*>(b + expert_offsets),
+          reinterpret_cast<int*>(b + active_experts), reinterpret_cast<int*>(b + tile_offsets),
+          reinterpret_cast<int*>(b + sorted_pairs),   reinterpret_cast<int*>(b + pair_rows)};
+}
+
+}  // namespace mxmoe

@@ -1,0 +1,27 @@
+// Where forward() keeps its intermediates inside the caller's workspace. Every array starts on a
+// 256-byte boundary; sizes follow from the shape and the token count alone, so the host never needs
+// the routing to lay them out.
+#pragma once
+
+#include <cstddef>
+
+#include "mxmoe/moe_shape.hpp"
+#include "route/route_buffers.hpp"
+
+namespace mxmoe {
+
+struct WorkspaceLayout {
+  size_t logits = 0;        // fp32 [T, E] (forward from router weights)
+  size_t topk_experts = 0;  // int [pairs]
+  size_t topk_weights = 0;  // fp32 [pairs]
+  size_t expert_counts = 0, expert_offsets = 0, active_experts = 0, tile_offsets = 0;
+  size_t sorted_pairs = 0, pair_rows = 0;  // int [pairs]
+  size_t activation = 0;    // bf16 [pairs, I]: FC1's output in sorted-row order
+  size_t expert_out = 0;    // fp32 [kMaxKSplit][pairs, H]: FC2's partial outputs
+  size_t total = 0;
+
+  static WorkspaceLayout of(const MoeShape& shape, int num_tokens);
+  kernels::RouteBuffers route(void* base) const;
+};
+
+}  // namespace mxmoe

@@ -1,0 +1,151 @@
+// The packed record layout: round trips, and an emulation of what a warp's dequantized fragments
+// hold, checked against the m16n8k16 A-fragment table of the PTX ISA (written out here on its own).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <set>
+
+#include "common/random.hpp"
+#include "format/mxfp4_records.hpp"
+#include "kernels/mxfp4_fragment.cuh"
+#include "mxmoe/bf16.hpp"
+#include "mxmoe/mx_format.hpp"
+
+namespace mxmoe {
+namespace {
+
+struct Matrix {
+  RecordGeometry g;
+  std::vector<uint8_t> blocks, scales;
+};
+
+Matrix random_matrix(int experts, int rows, int k, uint64_t seed) {
+  Matrix m{{experts, rows, k}, {}, {}};
+  SplitMix64 rng(seed);
+  m.blocks.resize(static_cast<size_t>(experts) * rows * k / 2);
+  m.scales.resize(static_cast<size_t>(experts) * rows * k / 32);
+  for (auto& b : m.blocks) b = static_cast<uint8_t>(rng.next());
+  for (auto& s : m.scales) s = static_cast<uint8_t>(rng.next());  // every scale code, NaN included
+  return m;
+}
+
+class Records : public ::testing::TestWithParam<RowOrder> {};
+
+TEST_P(Records, RoundTripIncludingKPadding) {
+  for (int k : {64, 96, 2880 / 10}) {
+    const Matrix m = random_matrix(3, 48, k, 7 + k);
+    const auto packed = pack_records(m.g, GetParam(), m.blocks, m.scales);
+    EXPECT_EQ(packed.size(), 3u * 3 * ((k + 63) / 64) * kernels::kRecordBytes);
+    std::vector<uint8_t> blocks(m.blocks.size()), scales(m.scales.size());
+    unpack_records(m.g, GetParam(), packed, blocks, scales);
+    EXPECT_EQ(blocks, m.blocks) << k;
+    EXPECT_EQ(scales, m.scales) << k;
+  }
+}
+
+// m16n8k16 A fragment (PTX ISA, "Matrix Fragments for mma.m16n8k16" with .bf16): register i of
+// lane l holds elements a(2i) (low 16 bits) and a(2i+1); a0..a7 sit at
+// row = groupID + 8 * ((index / 2) % 2), col = 2 * threadID_in_group + (index % 2) + 8 * (index / 4).
+struct Position {
+  int row, col;
+};
+Position a_fragment(int lane, int index) {
+  const int group = lane / 4, thread_in_group = lane % 4;
+  return {group + 8 * ((index / 2) % 2), 2 * thread_in_group + (index % 2) + 8 * (index / 4)};
+}
+
+TEST_P(Records, DequantizedFragmentsAreTheMatrixTiles) {
+  const RowOrder order = GetParam();
+  Matrix m = random_matrix(2, 32, 128, 99);
+  for (auto& s : m.scales) s = static_cast<uint8_t>(100 + s % 40);  // finite scales: compare values
+  const auto packed = pack_records(m.g, order, m.blocks, m.scales);
+  std::vector<float> dense(m.blocks.size() * 2);
+  dequantize_mxfp4(m.blocks, m.scales, dense);
+
+  for (int e = 0; e < m.g.experts; ++e) {
+    for (int rt = 0; rt < m.g.row_tiles(); ++rt) {
+      for (int kt = 0; kt < m.g.k_tiles(); ++kt) {
+        const uint8_t* record =
+            packed.data() + ((static_cast<size_t>(e) * m.g.row_tiles() + rt) * m.g.k_tiles() + kt) * kernels::kRecordBytes;
+        for (int lane = 0; lane < 32; ++lane) {
+          uint32_t scale_word;
+          std::memcpy(&scale_word, record + kernels::kRecordValueBytes + 4 * (lane / 4), 4);
+          for (int j = 0; j < 4; ++j) {
+            uint32_t word;
+            std::memcpy(&word, record + 16 * lane + 4 * j, 4);
+            for (int reg = 0; reg < 4; ++reg) {
+              // What the kernel does: the pair's bits, times 2^126, times the row's block scale.
+              const uint32_t bits = kernels::e2m1_pair_bits(word, reg);
+              const bool upper_rows = reg == 1 || reg == 3;
+              const uint32_t scale = (scale_word >> (8 * (2 * (j / 2) + upper_rows))) & 0xFF;
+              const float factor = bf16_to_float(Bf16{static_cast<uint16_t>(kernels::e8m0_to_bf16_bits(scale))});
+              for (int half = 0; half < 2; ++half) {
+                const float v = bf16_to_float(Bf16{static_cast<uint16_t>(bits >> (16 * half))}) * 0x1p126f * factor;
+                const Position p = a_fragment(lane, 2 * reg + half);
+                const int row = m.g.checkpoint_row(16 * rt + p.row, order);
+                const int k = 64 * kt + 16 * j + p.col;
+                ASSERT_EQ(v, dense[(static_cast<size_t>(e) * m.g.rows + row) * m.g.k + k])
+                    << "expert " << e << " tile " << rt << "/" << kt << " lane " << lane << " reg " << reg;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Orders, Records, ::testing::Values(RowOrder::kIdentity, RowOrder::kGluLinSplit),
+                         [](const auto& info) { return info.param == RowOrder::kIdentity ? "identity" : "glu_lin"; });
+
+TEST(Records, Fc1RowOrderIsABijectionPairingGluWithLinear) {
+  std::set<int> seen;
+  for (int packed = 0; packed < 5760; ++packed) {
+    const int row = kernels::fc1_checkpoint_row(packed);
+    seen.insert(row);
+    if (packed % 16 < 8) {
+      EXPECT_EQ(kernels::fc1_checkpoint_row(packed + 8), row + 1);  // lin(j) beside glu(j)
+    }
+  }
+  EXPECT_EQ(seen.size(), 5760u);
+  EXPECT_EQ(*seen.rbegin(), 5759);
+}
+
+TEST(Records, ScaleBitsDecodeEveryE8m0Code) {
+  for (int s = 0; s < 256; ++s) {
+    const float f = bf16_to_float(Bf16{static_cast<uint16_t>(kernels::e8m0_to_bf16_bits(s))});
+    if (s == 255) {
+      EXPECT_TRUE(std::isnan(f));
+    } else {
+      EXPECT_EQ(f, decode_e8m0(static_cast<uint8_t>(s))) << s;
+    }
+  }
+}
+
+TEST(Records, PairBitsTimesTwoTo126DecodeEveryE2m1Code) {
+  for (uint32_t lo = 0; lo < 16; ++lo) {
+    for (uint32_t hi = 0; hi < 16; ++hi) {
+      const uint32_t word = (lo << 12) | (hi << 28);  // pair 0 reads nibbles 3 and 7
+      const uint32_t bits = kernels::e2m1_pair_bits(word, 0);
+      EXPECT_EQ(bf16_to_float(Bf16{static_cast<uint16_t>(bits)}) * 0x1p126f, decode_e2m1(lo));
+      EXPECT_EQ(bf16_to_float(Bf16{static_cast<uint16_t>(bits >> 16)}) * 0x1p126f, decode_e2m1(hi));
+    }
+  }
+}
+
+TEST(Records, BiasesFollowTheRowOrder) {
+  const RecordGeometry g{2, 32, 64};
+  std::vector<uint16_t> bias(64);
+  for (int i = 0; i < 64; ++i) bias[i] = float_to_bf16(static_cast<float>(i)).bits;
+  const auto packed = pack_row_vector(g, RowOrder::kGluLinSplit, bias);
+  EXPECT_EQ(packed[0], 0.0f);   // glu of output 0
+  EXPECT_EQ(packed[8], 1.0f);   // linear of output 0
+  EXPECT_EQ(packed[1], 2.0f);   // glu of output 1
+  EXPECT_EQ(packed[32 + 16], 32.0f + 16.0f);  // expert 1, glu of output 8
+}
+
+}  // namespace
+}  // namespace mxmoe

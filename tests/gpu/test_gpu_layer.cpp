@@ -1,0 +1,344 @@
+// The GPU MoE layer against the CPU reference: every kernel family, both model shapes and odd
+// ones, token counts from 1 to 1024, skewed routing, the routing and permutation themselves,
+// determinism, CUDA-graph capture, and argument checks. Outputs and workspaces are poisoned (NaN,
+// -1) before every run, so an element nothing wrote cannot pass.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <optional>
+
+#include "common/random.hpp"
+#include "dequant_probe.hpp"
+#include "format/mxfp4_records.hpp"
+#include "gpu_test_support.hpp"
+#include "kernels/mxfp4_fragment.cuh"
+#include "mxmoe/error.hpp"
+#include "mxmoe/mx_format.hpp"
+
+namespace mxmoe {
+namespace {
+
+using test::DeviceArray;
+
+constexpr double kMaxRelativeError = 1e-2;  // bf16 activations (../shared/docs/BENCHMARK.md)
+
+std::vector<float> random_logits(int tokens, int experts, uint64_t seed) {
+  SplitMix64 rng(seed);
+  std::vector<float> logits(static_cast<size_t>(tokens) * experts);
+  for (auto& v : logits) v = static_cast<float>(rng.normal());
+  return logits;
+}
+
+struct GpuResult {
+  std::vector<Bf16> out;
+  std::vector<int> topk_experts, expert_counts, expert_offsets, sorted_pairs, pair_rows;
+  std::vector<float> topk_weights, logits;
+};
+
+template <typename T>
+std::vector<T> copy_back(const T* device, size_t count) {
+  std::vector<T> host(count);
+  EXPECT_EQ(cudaMemcpy(host.data(), device, count * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
+  return host;
+}
+
+// One forward on the default stream; `logits` null means the router-weights entry point.
+GpuResult run_gpu(const MoeRunner& runner, const std::vector<Bf16>& x, int tokens, const std::vector<float>* logits,
+                  const LayerPlan* plan) {
+  const MoeShape& s = runner.shape();
+  DeviceArray<Bf16> d_x(x);
+  DeviceArray<Bf16> d_out(static_cast<size_t>(tokens) * s.hidden);
+  DeviceArray<unsigned char> workspace(runner.workspace_size(tokens));
+  d_out.fill_bytes(0xFF);      // bf16 NaN
+  workspace.fill_bytes(0xFF);  // NaN floats, -1 indices
+  auto* x_ptr = reinterpret_cast<const __nv_bfloat16*>(d_x.get());
+  auto* out_ptr = reinterpret_cast<__nv_bfloat16*>(d_out.get());
+  if (logits) {
+    DeviceArray<float> d_logits(*logits);
+    runner.forward(x_ptr, d_logits.get(), out_ptr, tokens, workspace.get(), workspace.size(), nullptr, plan);
+  } else {
+    runner.forward(x_ptr, out_ptr, tokens, workspace.get(), workspace.size(), nullptr, plan);
+  }
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess) << cudaGetErrorString(cudaGetLastError());
+  const RoutingView view = runner.routing(workspace.get(), tokens);
+  const size_t pairs = static_cast<size_t>(tokens) * s.top_k;
+  GpuResult r;
+  r.out = d_out.to_host();
+  r.topk_experts = copy_back(view.topk_experts, pairs);
+  r.topk_weights = copy_back(view.topk_weights, pairs);
+  r.expert_counts = copy_back(view.expert_counts, s.num_experts);
+  r.expert_offsets = copy_back(view.expert_offsets, s.num_experts + 1);
+  r.sorted_pairs = copy_back(view.sorted_pairs, pairs);
+  r.pair_rows = copy_back(view.pair_rows, pairs);
+  if (!logits) r.logits = copy_back(view.router_logits, static_cast<size_t>(tokens) * s.num_experts);
+  return r;
+}
+
+// Every element written, relative error by norm under 1e-2, and no element far off on its own.
+void expect_close(const std::vector<Bf16>& gpu, const std::vector<float>& ref, const std::string& what) {
+  ASSERT_EQ(gpu.size(), ref.size()) << what;
+  std::vector<double> ref64(ref.begin(), ref.end());
+  std::vector<float> got(gpu.size());
+  size_t unwritten = 0;
+  double power = 0.0;
+  for (size_t i = 0; i < gpu.size(); ++i) {
+    got[i] = bf16_to_float(gpu[i]);
+    unwritten += std::isnan(got[i]);
+    power += ref64[i] * ref64[i];
+  }
+  EXPECT_EQ(unwritten, 0u) << what << ": outputs left NaN";
+  const double rel = relative_error(got, ref64);
+  EXPECT_LT(rel, kMaxRelativeError) << what;
+  const double rms = std::sqrt(power / std::max<size_t>(1, ref.size()));
+  size_t far = 0, first_far = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (!(std::fabs(got[i] - ref64[i]) <= 0.05 * (std::fabs(ref64[i]) + rms)) && far++ == 0) first_far = i;
+  }
+  EXPECT_EQ(far, 0u) << what << ": first at element " << first_far << " (gpu " << got[first_far] << ", reference "
+                     << ref[first_far] << ")";
+}
+
+// The routing equals the reference's, and the permutation is the expert-sorted, pair-ordered one.
+void expect_routing(const GpuResult& g, const Routing& cpu, int num_experts, const std::string& what) {
+  ASSERT_EQ(g.topk_experts, std::vector<int>(cpu.experts.begin(), cpu.experts.end())) << what;
+  for (size_t p = 0; p < cpu.weights.size(); ++p) ASSERT_NEAR(g.topk_weights[p], cpu.weights[p], 1e-6) << what;
+  const int pairs = static_cast<int>(cpu.experts.size());
+  std::vector<int> counts(num_experts, 0);
+  for (int e : cpu.experts) ++counts[e];
+  EXPECT_EQ(g.expert_counts, counts) << what;
+  ASSERT_EQ(g.expert_offsets.front(), 0) << what;
+  for (int e = 0; e < num_experts; ++e) {
+    ASSERT_EQ(g.expert_offsets[e + 1] - g.expert_offsets[e], counts[e]) << what;
+    for (int row = g.expert_offsets[e]; row < g.expert_offsets[e + 1]; ++row) {
+      ASSERT_EQ(cpu.experts[g.sorted_pairs[row]], e) << what << " row " << row;
+      if (row > g.expert_offsets[e]) {
+        ASSERT_LT(g.sorted_pairs[row - 1], g.sorted_pairs[row]) << what;
+      }
+    }
+  }
+  for (int row = 0; row < pairs; ++row) ASSERT_EQ(g.pair_rows[g.sorted_pairs[row]], row) << what;
+}
+
+// Every compiled tactic for both stages, FC2 K splits, and the runner's own choice (nullptr).
+std::vector<std::pair<std::string, std::optional<LayerPlan>>> plans_to_test() {
+  std::vector<std::pair<std::string, std::optional<LayerPlan>>> plans{{"heuristic", std::nullopt}};
+  for (const Tactic& t : compiled_tactics()) {
+    plans.emplace_back(t.name(), LayerPlan{t, t});
+    Tactic split = t;
+    split.k_split = t.family == KernelFamily::kGemv ? 4 : 2;
+    plans.emplace_back(t.name() + "+fc2." + split.name(), LayerPlan{t, split});
+  }
+  return plans;
+}
+
+struct LayerCase {
+  const char* name;
+  MoeShape shape;
+  int tokens;
+};
+void PrintTo(const LayerCase& c, std::ostream* os) { *os << c.name << " T=" << c.tokens; }
+
+class GpuLayer : public ::testing::TestWithParam<LayerCase> {};
+
+TEST_P(GpuLayer, EveryTacticMatchesTheReference) {
+  MXMOE_REQUIRE_GPU();
+  const auto& c = GetParam();
+  const auto& layer = test::test_layer(c.shape, 17);
+  const std::vector<Bf16> x = make_activations(c.tokens, c.shape.hidden, 1000 + c.tokens);
+  const std::vector<float> logits = router_logits(layer.weights, x, c.tokens);
+  const ReferenceResult ref = reference_forward_from_logits(layer.weights, x, c.tokens, logits);
+  for (const auto& [name, plan] : plans_to_test()) {
+    const GpuResult g = run_gpu(*layer.runner, x, c.tokens, &logits, plan ? &*plan : nullptr);
+    expect_routing(g, ref.routing, c.shape.num_experts, name);
+    expect_close(g.out, ref.out, name);
+  }
+}
+
+std::vector<LayerCase> layer_cases() {
+  std::vector<LayerCase> cases;
+  for (int t : {1, 2, 3, 4, 5, 7, 8, 9, 16, 31, 64, 100, 128, 255, 512, 1024}) {
+    cases.push_back({"gpt_oss_20b", model_shape("gpt-oss-20b"), t});
+    cases.push_back({"gpt_oss_120b", model_shape("gpt-oss-120b"), t});
+  }
+  for (int t : {1, 7, 33}) cases.push_back({"odd_E5_k3_H96_I160", MoeShape{5, 3, 96, 160, 1}, t});
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, GpuLayer, ::testing::ValuesIn(layer_cases()), [](const auto& info) {
+  return std::string(info.param.name) + "_T" + std::to_string(info.param.tokens);
+});
+
+class GpuSkewed : public ::testing::TestWithParam<int> {};
+
+// Every token's first choice is expert 0 (so it gets T rows, more than the GEMV's 8), the rest
+// spread; most experts get nothing at small T.
+TEST_P(GpuSkewed, AllTokensOnOneExpert) {
+  MXMOE_REQUIRE_GPU();
+  const int tokens = GetParam();
+  const MoeShape shape = model_shape("gpt-oss-20b");
+  const auto& layer = test::test_layer(shape, 17);
+  const std::vector<Bf16> x = make_activations(tokens, shape.hidden, 77);
+  std::vector<float> logits = random_logits(tokens, shape.num_experts, 78);
+  for (int t = 0; t < tokens; ++t) logits[static_cast<size_t>(t) * shape.num_experts] = 10.0f;
+  const ReferenceResult ref = reference_forward_from_logits(layer.weights, x, tokens, logits);
+  for (const auto& [name, plan] : plans_to_test()) {
+    const GpuResult g = run_gpu(*layer.runner, x, tokens, &logits, plan ? &*plan : nullptr);
+    EXPECT_EQ(g.expert_counts[0], tokens);
+    expect_routing(g, ref.routing, shape.num_experts, name);
+    expect_close(g.out, ref.out, name);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Tokens, GpuSkewed, ::testing::Values(1, 9, 100, 512));
+
+TEST(GpuLayerRouter, LogitsFromTheRouterWeights) {
+  MXMOE_REQUIRE_GPU();
+  for (int tokens : {1, 5, 64, 300}) {
+    const MoeShape shape = model_shape("gpt-oss-120b");
+    const auto& layer = test::test_layer(shape, 17);
+    const std::vector<Bf16> x = make_activations(tokens, shape.hidden, 500 + tokens);
+    const GpuResult g = run_gpu(*layer.runner, x, tokens, nullptr, nullptr);
+    const std::vector<float> cpu_logits = router_logits(layer.weights, x, tokens);
+    std::vector<double> cpu64(cpu_logits.begin(), cpu_logits.end());
+    EXPECT_LT(relative_error(g.logits, cpu64), 1e-5) << tokens;
+    // Judge the rest from the GPU's own logits, so that a near-tie decided differently by the
+    // last bit of a logit cannot flip an expert between the two sides.
+    const ReferenceResult ref = reference_forward_from_logits(layer.weights, x, tokens, g.logits);
+    expect_routing(g, ref.routing, shape.num_experts, "router T=" + std::to_string(tokens));
+    expect_close(g.out, ref.out, "router T=" + std::to_string(tokens));
+  }
+}
+
+TEST(GpuLayerDeterminism, BitIdenticalRunAfterRun) {
+  MXMOE_REQUIRE_GPU();
+  for (const char* model : {"gpt-oss-20b", "gpt-oss-120b"}) {
+    const MoeShape shape = model_shape(model);
+    const auto& layer = test::test_layer(shape, 17);
+    const int tokens = 255;
+    const std::vector<Bf16> x = make_activations(tokens, shape.hidden, 9);
+    const std::vector<float> logits = random_logits(tokens, shape.num_experts, 10);
+    for (const auto& [name, plan] : plans_to_test()) {
+      const GpuResult a = run_gpu(*layer.runner, x, tokens, &logits, plan ? &*plan : nullptr);
+      const GpuResult b = run_gpu(*layer.runner, x, tokens, &logits, plan ? &*plan : nullptr);
+      ASSERT_TRUE(std::equal(a.out.begin(), a.out.end(), b.out.begin(),
+                             [](Bf16 p, Bf16 q) { return p.bits == q.bits; }))
+          << model << " " << name;
+      EXPECT_EQ(a.sorted_pairs, b.sorted_pairs);
+    }
+  }
+}
+
+TEST(GpuLayerGraph, CapturedForwardReplaysExactly) {
+  MXMOE_REQUIRE_GPU();
+  const MoeShape shape = model_shape("gpt-oss-20b");
+  const auto& layer = test::test_layer(shape, 17);
+  for (int tokens : {1, 8, 200}) {
+    const std::vector<Bf16> x = make_activations(tokens, shape.hidden, 31);
+    const std::vector<float> logits = random_logits(tokens, shape.num_experts, 32);
+    const GpuResult direct = run_gpu(*layer.runner, x, tokens, &logits, nullptr);
+    const GpuResult direct_router = run_gpu(*layer.runner, x, tokens, nullptr, nullptr);
+
+    DeviceArray<Bf16> d_x(x);
+    DeviceArray<float> d_logits(logits);
+    DeviceArray<Bf16> out(direct.out.size()), out_router(direct.out.size());
+    DeviceArray<unsigned char> workspace(layer.runner->workspace_size(tokens));
+    cudaStream_t stream;
+    MXMOE_CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    cudaGraph_t graph;
+    MXMOE_CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+    auto* xp = reinterpret_cast<const __nv_bfloat16*>(d_x.get());
+    layer.runner->forward(xp, d_logits.get(), reinterpret_cast<__nv_bfloat16*>(out.get()), tokens, workspace.get(),
+                          workspace.size(), stream);
+    layer.runner->forward(xp, reinterpret_cast<__nv_bfloat16*>(out_router.get()), tokens, workspace.get(),
+                          workspace.size(), stream);
+    MXMOE_CUDA_OK(cudaStreamEndCapture(stream, &graph));
+    cudaGraphExec_t exec;
+    MXMOE_CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+    for (int replay = 0; replay < 3; ++replay) {
+      out.fill_bytes(0xFF);
+      out_router.fill_bytes(0xFF);
+      workspace.fill_bytes(0xFF);
+      MXMOE_CUDA_OK(cudaGraphLaunch(exec, stream));
+      MXMOE_CUDA_OK(cudaStreamSynchronize(stream));
+      const auto a = out.to_host(), b = out_router.to_host();
+      auto same = [](const std::vector<Bf16>& p, const std::vector<Bf16>& q) {
+        return std::equal(p.begin(), p.end(), q.begin(), [](Bf16 u, Bf16 v) { return u.bits == v.bits; });
+      };
+      EXPECT_TRUE(same(a, direct.out)) << tokens;
+      EXPECT_TRUE(same(b, direct_router.out)) << tokens;
+    }
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    cudaStreamDestroy(stream);
+  }
+}
+
+TEST(GpuLayerArguments, BadArgumentsThrowBeforeAnyLaunch) {
+  MXMOE_REQUIRE_GPU();
+  const MoeShape shape{6, 2, 64, 96, 1};
+  const auto& layer = test::test_layer(shape, 3);
+  const MoeRunner& runner = *layer.runner;
+  const int tokens = 4;
+  DeviceArray<unsigned char> x(tokens * shape.hidden * 2 + 16), out(tokens * shape.hidden * 2 + 16);
+  DeviceArray<float> logits(tokens * shape.num_experts);
+  DeviceArray<unsigned char> workspace(runner.workspace_size(tokens));
+  auto* xp = reinterpret_cast<const __nv_bfloat16*>(x.get());
+  auto* op = reinterpret_cast<__nv_bfloat16*>(out.get());
+  EXPECT_THROW(runner.forward(xp, logits.get(), op, tokens, workspace.get(), workspace.size() - 1, nullptr), Error);
+  EXPECT_THROW(runner.forward(xp, logits.get(), op, -1, workspace.get(), workspace.size(), nullptr), Error);
+  EXPECT_THROW(runner.forward(reinterpret_cast<const __nv_bfloat16*>(x.get() + 2), logits.get(), op, tokens,
+                              workspace.get(), workspace.size(), nullptr),
+               Error);
+  EXPECT_THROW(runner.forward(xp, nullptr, op, tokens, workspace.get(), workspace.size(), nullptr), Error);
+  LayerPlan bad = runner.plan(tokens);
+  bad.fc1.k_split = 2;
+  EXPECT_THROW(runner.forward(xp, logits.get(), op, tokens, workspace.get(), workspace.size(), nullptr, &bad), Error);
+  bad = runner.plan(tokens);
+  bad.fc2.tile_rows = 48;  // not compiled
+  EXPECT_THROW(runner.forward(xp, logits.get(), op, tokens, workspace.get(), workspace.size(), nullptr, &bad), Error);
+  EXPECT_NO_THROW(runner.forward(xp, logits.get(), op, 0, workspace.get(), workspace.size(), nullptr));
+}
+
+TEST(GpuDequant, EveryCodeUnderEveryScaleMatchesTheCpuDecoder) {
+  MXMOE_REQUIRE_GPU();
+  // Record s has every scale byte = s, and value nibbles cycling through all 16 codes in every
+  // position, so all 16 x 256 (code, scale) pairs pass through every fragment slot.
+  const int records = 256;
+  std::vector<unsigned char> host(static_cast<size_t>(records) * kernels::kRecordBytes);
+  for (int s = 0; s < records; ++s) {
+    unsigned char* r = host.data() + static_cast<size_t>(s) * kernels::kRecordBytes;
+    for (int i = 0; i < kernels::kRecordValueBytes; ++i) r[i] = static_cast<unsigned char>(((i + s) % 16) | (((i * 7 + s) % 16) << 4));
+    std::fill(r + kernels::kRecordValueBytes, r + kernels::kRecordBytes, static_cast<unsigned char>(s));
+  }
+  DeviceArray<unsigned char> d_records(host);
+  DeviceArray<float> d_out(static_cast<size_t>(records) * 32 * 4 * 8);
+  MXMOE_CUDA_OK(test::run_dequant_probe(d_records.get(), records, d_out.get()));
+  MXMOE_CUDA_OK(cudaDeviceSynchronize());
+  const auto out = d_out.to_host();
+  for (int s = 0; s < records; ++s) {
+    for (int lane = 0; lane < 32; ++lane) {
+      for (int j = 0; j < 4; ++j) {
+        uint32_t word;
+        std::memcpy(&word, host.data() + static_cast<size_t>(s) * kernels::kRecordBytes + 16 * lane + 4 * j, 4);
+        for (int reg = 0; reg < 4; ++reg) {
+          for (int half = 0; half < 2; ++half) {
+            const int nibble = (3 - reg) + 4 * half;
+            const float expected = decode_e2m1((word >> (4 * nibble)) & 0xF) * decode_e8m0(static_cast<uint8_t>(s));
+            const float got = out[((static_cast<size_t>(s) * 32 + lane) * 4 + j) * 8 + 2 * reg + half];
+            if (std::isnan(expected)) {
+              ASSERT_TRUE(std::isnan(got)) << "scale " << s;
+            } else {
+              ASSERT_EQ(got, expected) << "scale " << s << " lane " << lane << " step " << j << " reg " << reg;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace mxmoe

@@ -1,0 +1,101 @@
+// mxmoe run on the GPU: one runner, the router-weights entry point, event-timed forwards, and a
+// check against the CPU reference on a sample of tokens.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <vector>
+
+#include "commands.hpp"
+#include "mxmoe/device.hpp"
+#include "mxmoe/reference.hpp"
+#include "mxmoe/runner.hpp"
+#include "runner/cuda_check.hpp"
+#include "summary.hpp"
+
+namespace mxmoe::cli {
+namespace {
+
+constexpr int kTimedForwards = 20;
+constexpr int kMaxCheckedTokens = 64;
+constexpr double kGpuRelTolerance = 1e-2;  // bf16 activations (../shared/docs/BENCHMARK.md)
+
+template <typename T>
+std::vector<T> to_host(const void* device, size_t count) {
+  std::vector<T> host(count);
+  cuda_check(cudaMemcpy(host.data(), device, count * sizeof(T), cudaMemcpyDeviceToHost), "copying results back");
+  return host;
+}
+
+}  // namespace
+
+bool run_on_gpu(const MoeLayerWeights& weights, std::span<const Bf16> x, int num_tokens, bool check) {
+  const MoeShape& shape = weights.shape;
+  const GpuInfo gpu = list_gpus().front();
+  cuda_check(cudaSetDevice(gpu.index), "cudaSetDevice");
+  const MoeRunner runner(weights);
+  const LayerPlan plan = runner.plan(num_tokens);
+  std::printf("device: gpu %d (%s, sm_%d%d), FC1 %s, FC2 %s\n", gpu.index, gpu.name.c_str(), gpu.sm_major,
+              gpu.sm_minor, plan.fc1.name().c_str(), plan.fc2.name().c_str());
+
+  DeviceBuffer d_x(x.size() * 2, "activations"), d_out(x.size() * 2, "output");
+  DeviceBuffer workspace(runner.workspace_size(num_tokens), "workspace");
+  cuda_check(cudaMemcpy(d_x.get(), x.data(), x.size() * 2, cudaMemcpyHostToDevice), "copying activations");
+  cudaStream_t stream;
+  cuda_check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+  auto forward = [&] {
+    runner.forward(static_cast<const __nv_bfloat16*>(d_x.get()), static_cast<__nv_bfloat16*>(d_out.get()), num_tokens,
+                   workspace.get(), workspace.bytes(), stream);
+  };
+  forward();  // warm-up
+  std::vector<float> times_us;
+  cudaEvent_t start, stop;
+  cuda_check(cudaEventCreate(&start), "cudaEventCreate");
+  cuda_check(cudaEventCreate(&stop), "cudaEventCreate");
+  for (int i = 0; i < kTimedForwards; ++i) {
+    cuda_check(cudaEventRecord(start, stream), "cudaEventRecord");
+    forward();
+    cuda_check(cudaEventRecord(stop, stream), "cudaEventRecord");
+    cuda_check(cudaEventSynchronize(stop), "forward");
+    float ms = 0.0f;
+    cuda_check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
+    times_us.push_back(1000.0f * ms);
+  }
+  std::sort(times_us.begin(), times_us.end());
+  std::printf("tokens: %d\n", num_tokens);
+  std::printf("time: %.1f us (median of %d forwards, weights L2-warm; 'mxmoe bench' measures properly)\n",
+              times_us[times_us.size() / 2], kTimedForwards);
+  const auto out = to_host<Bf16>(d_out.get(), x.size());
+  print_output_summary(out, num_tokens, shape.hidden);
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  cudaStreamDestroy(stream);
+  if (!check) return true;
+
+  // The reference routes from the GPU's own logits (checked separately against the CPU's), so a
+  // near-tie decided by a logit's last bit cannot make the two sides pick different experts.
+  const RoutingView routing = runner.routing(workspace.get(), num_tokens);
+  const auto gpu_logits = to_host<float>(routing.router_logits, static_cast<size_t>(num_tokens) * shape.num_experts);
+  const std::vector<int> sample = sample_tokens(num_tokens, kMaxCheckedTokens);
+  std::vector<Bf16> x_sample;
+  std::vector<float> logits_sample;
+  std::vector<float> gpu_sample;
+  for (int t : sample) {
+    x_sample.insert(x_sample.end(), x.begin() + static_cast<size_t>(t) * shape.hidden,
+                    x.begin() + static_cast<size_t>(t + 1) * shape.hidden);
+    logits_sample.insert(logits_sample.end(), gpu_logits.begin() + static_cast<size_t>(t) * shape.num_experts,
+                         gpu_logits.begin() + static_cast<size_t>(t + 1) * shape.num_experts);
+    for (int j = 0; j < shape.hidden; ++j) gpu_sample.push_back(bf16_to_float(out[static_cast<size_t>(t) * shape.hidden + j]));
+  }
+  const int checked = static_cast<int>(sample.size());
+  const std::vector<float> cpu_logits = router_logits(weights, x_sample, checked);
+  const double logits_error = relative_error(logits_sample, std::vector<double>(cpu_logits.begin(), cpu_logits.end()));
+  const ReferenceResult ref = reference_forward_from_logits(weights, x_sample, checked, logits_sample);
+  const double error = relative_error(gpu_sample, std::vector<double>(ref.out.begin(), ref.out.end()));
+  std::printf("check: %d of %d tokens against the CPU reference\n", checked, num_tokens);
+  std::printf("check: router logits relative error %.3e (bound 1e-5)\n", logits_error);
+  std::printf("check: output relative error %.3e (bound %.0e)\n", error, kGpuRelTolerance);
+  return logits_error <= 1e-5 && error < kGpuRelTolerance;
+}
+
+}  // namespace mxmoe::cli
