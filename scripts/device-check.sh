@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # For a lent GPU machine: runs the steps named as arguments against a build made elsewhere
 # (./scripts/build.sh, then carry build/), writing full logs to $OUT and printing a short summary.
-#   tests       all GPU tests (ctest -L gpu)
+#   tests       all GPU tests (the gpu-labelled ctest suite, run as one process so that the large
+#               synthetic layers are built once)
 #   sanitizer   compute-sanitizer memcheck over a fast subset of the GPU tests
 #   bench ARGS  mxmoe bench with ARGS (up to the next step name)
 # ctest files hold the build machine's absolute paths, so /work/main is linked to this checkout.
@@ -13,6 +14,7 @@ if [ "$(pwd -P)" != "/work/main" ] && [ ! -e /work/main ]; then
   mkdir -p /work && ln -s "$(pwd -P)" /work/main
 fi
 export PATH="/usr/local/cuda/bin:$PATH"
+export LD_LIBRARY_PATH="/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv > "$out/gpu.txt" 2>&1
 summary=()
 status=0
@@ -20,9 +22,9 @@ while [ $# -gt 0 ]; do
   step="$1"; shift
   case "$step" in
     tests)
-      ctest --test-dir build -L gpu -j 1 --output-on-failure --timeout 900 > "$out/gpu-tests.log" 2>&1
+      build/tests/mxmoe_gpu_tests > "$out/gpu-tests.log" 2>&1
       rc=$?; status=$((status | rc))
-      summary+=("gpu tests: rc=$rc, $(grep -E 'tests passed|tests failed' "$out/gpu-tests.log" | tail -1)")
+      summary+=("gpu tests: rc=$rc, $(grep -E '^\[  (PASSED|FAILED)  \]|tests? ran' "$out/gpu-tests.log" | tr '\n' ' ')")
       ;;
     sanitizer)
       filter='*odd_E5*:*GpuDequant*:*GpuLayerArguments*:*gpt_oss_20b_T1:*gpt_oss_20b_T9:*gpt_oss_120b_T5:*GpuLayerGraph*'
@@ -42,7 +44,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 cat "$out/gpu.txt"
-[ -f "$out/gpu-tests.log" ] && grep -E '\*\*\*Failed|Failed  |Exception' "$out/gpu-tests.log" | head -20
+[ -f "$out/gpu-tests.log" ] && grep -E '^\[  FAILED  \]|Failure|exception' "$out/gpu-tests.log" | head -20
 printf '%s\n' "${summary[@]}"
 [ -f "$out/bench.log" ] && tail -40 "$out/bench.log"
 exit $status

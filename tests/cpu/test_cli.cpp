@@ -24,7 +24,7 @@ std::string checksum(const std::string& out) {
 }
 
 TEST(Cli, HelpAndVersion) {
-  for (const char* args : {"--help", "run --help", "make-checkpoint --help", "--version"}) {
+  for (const char* args : {"--help", "run --help", "make-checkpoint --help", "bench --help", "--version"}) {
     const auto r = test::run_cli(args);
     EXPECT_EQ(r.exit_code, 0) << args;
     EXPECT_FALSE(r.out.empty()) << args;
@@ -36,7 +36,8 @@ TEST(Cli, UsageErrorsExitTwoWithOneLine) {
   EXPECT_EQ(test::run_cli("").exit_code, 2);
   for (const char* args : {"frobnicate", "run --tokens 0", "run --tokens abc", "run --device tpu", "run --bogus",
                            "run --tokens", "run --model gpt-oss-7b", "run --hidden 100", "make-checkpoint --layers 2",
-                           "make-checkpoint --out /tmp/x --scheme gguf"}) {
+                           "make-checkpoint --out /tmp/x --scheme gguf", "bench --layers 4", "bench --replays 5",
+                           "bench --tokens 1,x", "bench --model gpt-oss-7b"}) {
     const auto r = test::run_cli(args);
     EXPECT_EQ(r.exit_code, 2) << args << ": " << r.err;
     expect_one_error_line(r);

@@ -122,13 +122,15 @@ void expect_routing(const GpuResult& g, const Routing& cpu, int num_experts, con
   for (int row = 0; row < pairs; ++row) ASSERT_EQ(g.pair_rows[g.sorted_pairs[row]], row) << what;
 }
 
-// Every compiled tactic for both stages, FC2 K splits, and the runner's own choice (nullptr).
-std::vector<std::pair<std::string, std::optional<LayerPlan>>> plans_to_test() {
+// Every compiled tactic for both stages, FC2 K splits (as many as FC2's K tiles allow), and the
+// runner's own choice (nullopt).
+std::vector<std::pair<std::string, std::optional<LayerPlan>>> plans_to_test(const MoeShape& shape) {
   std::vector<std::pair<std::string, std::optional<LayerPlan>>> plans{{"heuristic", std::nullopt}};
+  const int fc2_k_tiles = (shape.intermediate + 63) / 64;
   for (const Tactic& t : compiled_tactics()) {
     plans.emplace_back(t.name(), LayerPlan{t, t});
     Tactic split = t;
-    split.k_split = t.family == KernelFamily::kGemv ? 4 : 2;
+    split.k_split = std::min(t.family == KernelFamily::kGemv ? kMaxKSplit : 2, fc2_k_tiles);
     plans.emplace_back(t.name() + "+fc2." + split.name(), LayerPlan{t, split});
   }
   return plans;
@@ -150,7 +152,7 @@ TEST_P(GpuLayer, EveryTacticMatchesTheReference) {
   const std::vector<Bf16> x = make_activations(c.tokens, c.shape.hidden, 1000 + c.tokens);
   const std::vector<float> logits = router_logits(layer.weights, x, c.tokens);
   const ReferenceResult ref = reference_forward_from_logits(layer.weights, x, c.tokens, logits);
-  for (const auto& [name, plan] : plans_to_test()) {
+  for (const auto& [name, plan] : plans_to_test(c.shape)) {
     const GpuResult g = run_gpu(*layer.runner, x, c.tokens, &logits, plan ? &*plan : nullptr);
     expect_routing(g, ref.routing, c.shape.num_experts, name);
     expect_close(g.out, ref.out, name);
@@ -184,7 +186,7 @@ TEST_P(GpuSkewed, AllTokensOnOneExpert) {
   std::vector<float> logits = random_logits(tokens, shape.num_experts, 78);
   for (int t = 0; t < tokens; ++t) logits[static_cast<size_t>(t) * shape.num_experts] = 10.0f;
   const ReferenceResult ref = reference_forward_from_logits(layer.weights, x, tokens, logits);
-  for (const auto& [name, plan] : plans_to_test()) {
+  for (const auto& [name, plan] : plans_to_test(shape)) {
     const GpuResult g = run_gpu(*layer.runner, x, tokens, &logits, plan ? &*plan : nullptr);
     EXPECT_EQ(g.expert_counts[0], tokens);
     expect_routing(g, ref.routing, shape.num_experts, name);
@@ -220,7 +222,7 @@ TEST(GpuLayerDeterminism, BitIdenticalRunAfterRun) {
     const int tokens = 255;
     const std::vector<Bf16> x = make_activations(tokens, shape.hidden, 9);
     const std::vector<float> logits = random_logits(tokens, shape.num_experts, 10);
-    for (const auto& [name, plan] : plans_to_test()) {
+    for (const auto& [name, plan] : plans_to_test(shape)) {
       const GpuResult a = run_gpu(*layer.runner, x, tokens, &logits, plan ? &*plan : nullptr);
       const GpuResult b = run_gpu(*layer.runner, x, tokens, &logits, plan ? &*plan : nullptr);
       ASSERT_TRUE(std::equal(a.out.begin(), a.out.end(), b.out.begin(),

@@ -45,6 +45,24 @@ uint64_t ParsedArgs::get_u64(std::string_view name, uint64_t fallback) const {
   return has(name) ? parse_number<uint64_t>(name, get(name, "")) : fallback;
 }
 
+std::vector<int64_t> ParsedArgs::get_int_list(std::string_view name, std::vector<int64_t> fallback, int64_t min,
+                                              int64_t max) const {
+  if (!has(name)) return fallback;
+  const std::string text = get(name, "");
+  std::vector<int64_t> out;
+  for (size_t begin = 0; begin <= text.size();) {
+    const size_t end = std::min(text.find(',', begin), text.size());
+    const int64_t v = parse_number<int64_t>(name, std::string_view(text).substr(begin, end - begin));
+    if (v < min || v > max) {
+      throw UsageError("--" + std::string(name) + ": " + std::to_string(v) + " is not in [" + std::to_string(min) +
+                       ", " + std::to_string(max) + "]");
+    }
+    out.push_back(v);
+    begin = end + 1;
+  }
+  return out;
+}
+
 std::optional<ParsedArgs> parse(const CommandSpec& spec, std::span<const std::string> args) {
   ParsedArgs parsed;
   for (size_t i = 0; i < args.size(); ++i) {

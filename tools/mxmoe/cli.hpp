@@ -41,6 +41,7 @@ class ParsedArgs {
   std::string get(std::string_view name, std::string_view fallback) const;
   int64_t get_int(std::string_view name, int64_t fallback, int64_t min, int64_t max) const;
   uint64_t get_u64(std::string_view name, uint64_t fallback) const;
+  std::vector<int64_t> get_int_list(std::string_view name, std::vector<int64_t> fallback, int64_t min, int64_t max) const;
 
  private:
   friend std::optional<ParsedArgs> parse(const CommandSpec&, std::span<const std::string>);

@@ -21,6 +21,7 @@ struct Subcommand {
 constexpr Subcommand kSubcommands[] = {
     {"run", "one MoE layer forward on seeded activations (CPU reference or GPU)", mxmoe::cli::run_command},
     {"make-checkpoint", "write a synthetic gpt-oss MXFP4 checkpoint", mxmoe::cli::make_checkpoint_command},
+    {"bench", "time the layer on the GPU against measured read and matmul ceilings", mxmoe::cli::bench_command},
 };
 
 std::string top_usage() {

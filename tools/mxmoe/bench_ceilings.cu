@@ -1,0 +1,153 @@
+// Ceiling measurements: a streaming-read kernel and a cuBLAS bf16 GEMM, each timed with events
+// after a warm-up, median of the repetitions.
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "bench_ceilings.hpp"
+#include "runner/cuda_check.hpp"
+
+namespace mxmoe::cli {
+namespace {
+
+constexpr size_t kReadBytes = size_t{4} << 30;
+constexpr int kMatmulN = 8192;
+constexpr int kRepetitions = 10;
+
+// Budget: reads `count` x 16 bytes once, writes nothing (the XOR is kept alive by a branch that is
+// never taken on real data). Four independent loads per iteration keep enough bytes in flight.
+__global__ void stream_read_kernel(const uint4* data, size_t count, unsigned* sink) {
+  unsigned acc = 0;
+  const size_t stride = static_cast<size_t>(gridDim.x) * blockDim.x;
+  size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  for (; i + 3 * stride < count; i += 4 * stride) {
+    const uint4 a = __ldcs(data + i), b = __ldcs(data + i + stride), c = __ldcs(data + i + 2 * stride),
+                d = __ldcs(data + i + 3 * stride);
+    acc ^= a.x ^ a.y ^ a.z ^ a.w ^ b.x ^ b.y ^ b.z ^ b.w ^ c.x ^ c.y ^ c.z ^ c.w ^ d.x ^ d.y ^ d.z ^ d.w;
+  }
+  for (; i < count; i += stride) {
+    const uint4 a = __ldcs(data + i);
+    acc ^= a.x ^ a.y ^ a.z ^ a.w;
+  }
+  if (acc == 0x9e3779b9u) *sink = acc;
+}
+
+// Uniform values in [-1, 1) from a hash of the index: random data, never zeros.
+__global__ void fill_random_bf16(__nv_bfloat16* data, size_t count, unsigned seed) {
+  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    unsigned h = static_cast<unsigned>(i) * 0x9e3779b1u ^ seed;
+    h ^= h >> 16;
+    h *= 0x85ebca6bu;
+    h ^= h >> 13;
+    data[i] = __float2bfloat16(static_cast<float>(h) * 0x1p-31f - 1.0f);
+  }
+}
+
+template <typename Launch>
+double median_ms(Launch launch) {
+  cudaEvent_t start, stop;
+  cuda_check(cudaEventCreate(&start), "cudaEventCreate");
+  cuda_check(cudaEventCreate(&stop), "cudaEventCreate");
+  for (int i = 0; i < 3; ++i) launch();
+  std::vector<float> ms;
+  for (int i = 0; i < kRepetitions; ++i) {
+    cuda_check(cudaEventRecord(start), "cudaEventRecord");
+    launch();
+    cuda_check(cudaEventRecord(stop), "cudaEventRecord");
+    cuda_check(cudaEventSynchronize(stop), "ceiling measurement");
+    float t = 0.0f;
+    cuda_check(cudaEventElapsedTime(&t, start, stop), "cudaEventElapsedTime");
+    ms.push_back(t);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+void cublas_check(cublasStatus_t status, const char* what) {
+  if (status != CUBLAS_STATUS_SUCCESS) throw Error(std::string(what) + ": cuBLAS status " + std::to_string(status));
+}
+
+}  // namespace
+
+Ceilings measure_ceilings() {
+  Ceilings c;
+  int device = 0, sms = 0;
+  cuda_check(cudaGetDevice(&device), "cudaGetDevice");
+  cuda_check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "multiprocessor count");
+  {
+    DeviceBuffer buffer(kReadBytes, "read-ceiling buffer"), sink(4, "sink");
+    cuda_check(cudaMemset(buffer.get(), 0x5A, kReadBytes), "filling the read-ceiling buffer");
+    const auto* data = static_cast<const uint4*>(buffer.get());
+    const size_t count = kReadBytes / 16;
+    const double ms = median_ms([&] {
+      stream_read_kernel<<<sms * 8, 256>>>(data, count, static_cast<unsigned*>(sink.get()));
+      cuda_check(cudaGetLastError(), "read-ceiling launch");
+    });
+    c.read_bytes = kReadBytes;
+    c.read_gbs = kReadBytes / (ms * 1e-3) / 1e9;
+  }
+  {
+    const size_t n = kMatmulN, elements = n * n;
+    DeviceBuffer a(elements * 2, "matmul A"), b(elements * 2, "matmul B"), out(elements * 2, "matmul C");
+    fill_random_bf16<<<sms * 4, 256>>>(static_cast<__nv_bfloat16*>(a.get()), elements, 1u);
+    fill_random_bf16<<<sms * 4, 256>>>(static_cast<__nv_bfloat16*>(b.get()), elements, 2u);
+    cuda_check(cudaGetLastError(), "random fill");
+    cublasHandle_t handle;
+    cublas_check(cublasCreate(&handle), "cublasCreate");
+    const float alpha = 1.0f, beta = 0.0f;
+    const double ms = median_ms([&] {
+      cublas_check(cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, kMatmulN, kMatmulN, kMatmulN, &alpha, a.get(),
+                                CUDA_R_16BF, kMatmulN, b.get(), CUDA_R_16BF, kMatmulN, &beta, out.get(), CUDA_R_16BF,
+                                kMatmulN, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                   "cublasGemmEx");
+    });
+    cublasDestroy(handle);
+    c.matmul_n = kMatmulN;
+    c.bf16_tflops = 2.0 * n * n * n / (ms * 1e-3) / 1e12;
+  }
+  return c;
+}
+
+DeviceReport describe_device() {
+  DeviceReport r;
+  int device = 0;
+  cuda_check(cudaGetDevice(&device), "cudaGetDevice");
+  cudaDeviceProp prop{};
+  cuda_check(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");
+  r.name = prop.name;
+  r.sm_major = prop.major;
+  r.sm_minor = prop.minor;
+  r.multiprocessors = prop.multiProcessorCount;
+  cudaDriverGetVersion(&r.driver_version);
+  int khz = 0;
+  if (cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, device) == cudaSuccess) r.max_sm_clock_mhz = khz / 1000;
+  // Current clocks through NVML, which ships with the driver: loaded at run time so that the
+  // command still starts on machines without one.
+  if (void* nvml = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL)) {
+    using Init = int (*)();
+    using Handle = int (*)(unsigned, void**);
+    using Clock = int (*)(void*, int, unsigned*);
+    auto init = reinterpret_cast<Init>(dlsym(nvml, "nvmlInit_v2"));
+    auto handle = reinterpret_cast<Handle>(dlsym(nvml, "nvmlDeviceGetHandleByIndex_v2"));
+    auto clock = reinterpret_cast<Clock>(dlsym(nvml, "nvmlDeviceGetClockInfo"));
+    auto shutdown = reinterpret_cast<Init>(dlsym(nvml, "nvmlShutdown"));
+    void* h = nullptr;
+    if (init && handle && clock && shutdown && init() == 0) {
+      if (handle(static_cast<unsigned>(device), &h) == 0) {
+        clock(h, 1, &r.sm_clock_mhz);      // NVML_CLOCK_SM
+        clock(h, 2, &r.memory_clock_mhz);  // NVML_CLOCK_MEM
+      }
+      shutdown();
+    }
+    dlclose(nvml);
+  }
+  return r;
+}
+
+}  // namespace mxmoe::cli

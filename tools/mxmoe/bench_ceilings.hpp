@@ -1,0 +1,28 @@
+// The two ceilings `mxmoe bench` reports every figure against, measured in the same run on the
+// same device (../shared/docs/BENCHMARK.md): streaming-read bandwidth and the bf16 matmul rate.
+#pragma once
+
+#include <string>
+
+namespace mxmoe::cli {
+
+struct Ceilings {
+  double read_gbs = 0.0;       // GB/s reading a multi-GB buffer with 16-byte loads
+  double bf16_tflops = 0.0;    // cuBLAS bf16 GEMM, fp32 accumulation, random data
+  size_t read_bytes = 0;
+  int matmul_n = 0;
+};
+
+Ceilings measure_ceilings();
+
+// What the benchmark records about the device: name, clocks as read through NVML (0 where NVML
+// is not available), driver version.
+struct DeviceReport {
+  std::string name;
+  int sm_major = 0, sm_minor = 0, multiprocessors = 0;
+  int driver_version = 0;
+  unsigned sm_clock_mhz = 0, memory_clock_mhz = 0, max_sm_clock_mhz = 0;
+};
+DeviceReport describe_device();
+
+}  // namespace mxmoe::cli
