@@ -41,8 +41,16 @@ class MoeRunner {
   // Bytes of workspace a forward of up to `max_tokens` tokens needs.
   size_t workspace_size(int max_tokens) const;
 
-  // The tactics forward() uses for `num_tokens` tokens when not given a plan (host-only, no sync).
+  // The tactics forward() uses for `num_tokens` tokens when not given a plan: the tuned table's
+  // (mxmoe tune) if this device has one for the shape, else the heuristic's. Host-only, no sync.
   LayerPlan plan(int num_tokens) const;
+  LayerPlan heuristic_plan(int num_tokens) const;
+  bool tuned() const;  // a tuned table was found for this device and shape
+
+  // Loads (compiling if the ahead-of-time set lacks them) the kernels of every plan forward() may
+  // choose for up to `max_tokens` tokens, so that no later forward, and no graph capture, waits on
+  // a compiler or a module load. forward() does the same lazily for a plan it has not seen.
+  void prepare(int max_tokens) const;
 
   // x [T, H] bf16 and out [T, H] bf16 (16-byte aligned), router_logits [T, E] fp32: device
   // pointers. The workspace must hold workspace_size(num_tokens) bytes (256-byte aligned).

@@ -3,8 +3,9 @@
 // tactics for FC1 (with the SwiGLU epilogue) and FC2.
 #pragma once
 
-#include <span>
 #include <string>
+#include <string_view>
+#include <vector>
 
 namespace mxmoe {
 
@@ -22,22 +23,34 @@ struct Tactic {
   int warps_rows = 4;     // warp grid over the CTA tile
   int warps_tokens = 1;
   int stages = 4;         // GEMV: records in flight per lane; tiled: cp.async stages
-  int k_split = 1;        // K split into this many partial sums (FC2 only)
+  int k_split = 1;        // K split into this many partial sums (FC2 only); a launch parameter
 
   int warps() const { return warps_rows * warps_tokens; }
   std::string name() const;  // "gemv.r64.w4.u4.k1", "mma.r128x32.w4x1.s4.k1"
+  // The tactic with k_split = 1: what the compiled binary depends on.
+  Tactic binary() const;
   bool operator==(const Tactic&) const = default;
 };
+
+// Parses name(); throws Error naming the malformed part.
+Tactic parse_tactic(std::string_view name);
 
 struct LayerPlan {
   Tactic fc1;
   Tactic fc2;
 };
 
-// The kernels built into this library (one entry per binary; k_split is a launch parameter and is
-// 1 in this list).
-std::span<const Tactic> compiled_tactics();
-
 inline constexpr int kMaxKSplit = 4;
+
+// The tactic table of an arch ("sm_90a", "sm_100a", "sm_120a", "sm_121a"): every candidate binary
+// with the reason it exists, and whether it is valid there; an invalid one says why (its tile does
+// not split into warps, its accumulators or shared memory exceed the budget).
+struct TacticEntry {
+  Tactic tactic;        // k_split = 1
+  std::string reason;   // why the candidate exists
+  std::string invalid;  // empty when valid on the arch
+};
+std::vector<TacticEntry> tactic_table(std::string_view arch);
+std::vector<Tactic> valid_tactics(std::string_view arch);
 
 }  // namespace mxmoe

@@ -1,8 +1,7 @@
 // Device helpers shared by the kernels: tensor-core MMA, ldmatrix, cp.async, streaming loads and
-// bf16x2 arithmetic, each a thin wrapper over one PTX instruction.
+// bf16 arithmetic, each a thin wrapper over one PTX instruction. No headers: the expert kernels are
+// compiled by NVRTC from these sources, where the toolkit's headers may not exist.
 #pragma once
-
-#include <cuda_bf16.h>
 
 namespace mxmoe::kernels {
 
@@ -68,8 +67,11 @@ __device__ __forceinline__ float bf16_bits_to_float(unsigned short bits) {
   return __uint_as_float(static_cast<unsigned>(bits) << 16);
 }
 
+// Round to nearest even; NaN stays NaN.
 __device__ __forceinline__ unsigned short float_to_bf16_bits(float v) {
-  return __bfloat16_as_ushort(__float2bfloat16_rn(v));
+  unsigned short bits;
+  asm("cvt.rn.bf16.f32 %0, %1;\n" : "=h"(bits) : "f"(v));
+  return bits;
 }
 
 }  // namespace mxmoe::kernels

@@ -8,8 +8,6 @@
 // output j = 8 * row_tile + g (mxfp4_fragment.cuh), so the SwiGLU is applied right here.
 #pragma once
 
-#include <cuda_bf16.h>
-
 #include "kernels/device_utils.cuh"
 #include "kernels/expert_gemm_args.hpp"
 #include "kernels/mxfp4_fragment.cuh"
@@ -35,12 +33,12 @@ __device__ __forceinline__ void store_accumulators(const ExpertGemmArgs& args, c
   if constexpr (kFc1) {
     const int columns = args.rows / 2;
     const int column = 8 * row_tile + g;
-    auto* out = static_cast<__nv_bfloat16*>(args.output);
+    auto* out = static_cast<unsigned short*>(args.output);
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
       if (token + i < tokens) {
         const float a = gpt_oss_swiglu(acc[i] + bias[g], acc[2 + i] + bias[g + 8]);
-        out[static_cast<long long>(first_row + token + i) * columns + column] = __float2bfloat16_rn(a);
+        out[static_cast<long long>(first_row + token + i) * columns + column] = float_to_bf16_bits(a);
       }
     }
   } else {
@@ -67,7 +65,7 @@ __device__ __forceinline__ long long input_row(const ExpertGemmArgs& args, int r
 // The B fragments of one 8-token tile over a record's 64 K: `b_row` is this lane's ldmatrix row
 // address (token lane % 8, K offset 8 * (lane / 8)) at the record's first K; b[2 j], b[2 j + 1]
 // feed k-step j.
-__device__ __forceinline__ void load_token_fragments(unsigned (&b)[8], const __nv_bfloat16* b_row) {
+__device__ __forceinline__ void load_token_fragments(unsigned (&b)[8], const unsigned short* b_row) {
   unsigned lo[4], hi[4];
   ldmatrix_x4(lo, b_row);       // k-steps 0 and 1
   ldmatrix_x4(hi, b_row + 32);  // k-steps 2 and 3

@@ -1,15 +1,13 @@
 // The arguments of both expert-GEMM families (plain data, shared by the host launcher and the
-// kernels).
+// kernels; no headers, so that NVRTC compiles it as it is). bf16 tensors are raw 16-bit words.
 #pragma once
-
-#include <cuda_bf16.h>
 
 namespace mxmoe::kernels {
 
 struct ExpertGemmArgs {
   const unsigned char* records;  // [E][rows / 16][k_tiles] records
   const float* bias;             // [E][rows], packed row order
-  const __nv_bfloat16* input;    // FC1: x [T, K]; FC2: activation [pairs, K] in sorted-row order
+  const void* input;             // bf16. FC1: x [T, K]; FC2: activation [pairs, K] in sorted-row order
   const int* sorted_pairs;       // FC1 reads x row sorted_pairs[row] / top_k; FC2 reads its own row
   int top_k;
   int rows;     // FC1: 2 I; FC2: H

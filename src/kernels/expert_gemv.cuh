@@ -11,19 +11,14 @@
 #pragma once
 
 #include "kernels/expert_gemm.cuh"
+#include "kernels/smem_bytes.hpp"
 
 namespace mxmoe::kernels {
 
-constexpr int kGemvTokens = 8;
-
-// Dynamic shared memory: 8 rows of the split's K range plus 16 bytes each.
-__host__ __device__ inline int gemv_smem_bytes(int k_tiles, int k_split) {
-  return kGemvTokens * ((k_tiles + k_split - 1) / k_split * 64 + 8) * 2;
-}
-
 template <int kWarps, bool kFc1, int kUnroll>
 __global__ void __launch_bounds__(kWarps * 32) expert_gemv_kernel(ExpertGemmArgs args, int k_split) {
-  auto* staged = reinterpret_cast<__nv_bfloat16*>(dynamic_smem());
+  auto* staged = reinterpret_cast<unsigned short*>(dynamic_smem());
+  const auto* input = static_cast<const unsigned short*>(args.input);
   const int slot = blockIdx.y;
   if (slot >= args.active_experts[args.num_experts]) return;
   const int expert = args.active_experts[slot];
@@ -38,7 +33,7 @@ __global__ void __launch_bounds__(kWarps * 32) expert_gemv_kernel(ExpertGemmArgs
   const int row_stride = k_len + 8;  // bf16; the extra 16 bytes put ldmatrix's 8 rows in distinct banks
   const unsigned char* records =
       args.records + ((static_cast<long long>(expert) * row_tiles + row_tile) * args.k_tiles + kt_begin) * kRecordBytes;
-  const __nv_bfloat16* b_row = staged + (lane % 8) * row_stride + 8 * (lane / 8);
+  const unsigned short* b_row = staged + (lane % 8) * row_stride + 8 * (lane / 8);
 
   for (int group = 0; group < count; group += kGemvTokens) {
     const int tokens = min(kGemvTokens, count - group);
@@ -48,7 +43,7 @@ __global__ void __launch_bounds__(kWarps * 32) expert_gemv_kernel(ExpertGemmArgs
       const int r = c / chunks_per_row, k = k_begin + 8 * (c % chunks_per_row);
       uint4 v = make_uint4(0, 0, 0, 0);
       if (r < tokens && k < args.k) {
-        v = *reinterpret_cast<const uint4*>(args.input + input_row<kFc1>(args, first_row + group + r) * args.k + k);
+        v = *reinterpret_cast<const uint4*>(input + input_row<kFc1>(args, first_row + group + r) * args.k + k);
       }
       *reinterpret_cast<uint4*>(staged + r * row_stride + (k - k_begin)) = v;
     }

@@ -15,17 +15,17 @@
 #pragma once
 
 #include "kernels/expert_gemm.cuh"
+#include "kernels/smem_bytes.hpp"
 
 namespace mxmoe::kernels {
 
 template <int kTileRows, int kTileTokens, int kStages>
 struct MmaTileSmem {
   static constexpr int kRecords = kTileRows / kRecordRows;
-  static constexpr int kRowStride = kRecordK + 8;  // bf16; 16 extra bytes keep ldmatrix conflict-free
+  static constexpr int kRowStride = kSmemActivationRowBytes / 2;  // bf16 elements
   static constexpr int kWeightBytes = kRecords * kRecordBytes;
-  static constexpr int kActivationBytes = kTileTokens * kRowStride * 2;
-  static constexpr int kStageBytes = kWeightBytes + kActivationBytes;
-  static constexpr int kBytes = kStages * kStageBytes + kTileTokens * 8;  // + source row of each token
+  static constexpr int kStageBytes = mma_tile_stage_bytes(kTileRows, kTileTokens);
+  static_assert(kStageBytes == kWeightBytes + kTileTokens * kSmemActivationRowBytes, "smem_bytes.hpp layout");
 };
 
 template <int kTileRows, int kTileTokens, int kWarpsRows, int kWarpsTokens, int kStages, bool kFc1>
@@ -64,6 +64,7 @@ __global__ void __launch_bounds__(kWarpsRows * kWarpsTokens * 32)
   __syncthreads();
 
   const unsigned char* expert_records = args.records + static_cast<long long>(expert) * row_tiles * args.k_tiles * kRecordBytes;
+  const auto* input = static_cast<const unsigned short*>(args.input);
   auto load_slice = [&](int slice) {
     unsigned char* stage = smem + (slice % kStages) * Smem::kStageBytes;
     const int kt = kt_begin + slice;
@@ -75,12 +76,11 @@ __global__ void __launch_bounds__(kWarpsRows * kWarpsTokens * 32)
           expert_records + ((static_cast<long long>(first_row_tile + record) * args.k_tiles + kt) * kRecordBytes + 16 * chunk);
       cp_async_16(stage + record * kRecordBytes + 16 * chunk, valid ? src : args.records, valid);
     }
-    auto* activations = reinterpret_cast<__nv_bfloat16*>(stage + Smem::kWeightBytes);
+    auto* activations = reinterpret_cast<unsigned short*>(stage + Smem::kWeightBytes);
     for (int c = threadIdx.x; c < kTileTokens * 8; c += kThreads) {
       const int r = c / 8, k = kt * kRecordK + 8 * (c % 8);
       const bool valid = source_rows[r] >= 0 && k < args.k;
-      cp_async_16(activations + r * Smem::kRowStride + 8 * (c % 8), valid ? args.input + source_rows[r] + k : args.input,
-                  valid);
+      cp_async_16(activations + r * Smem::kRowStride + 8 * (c % 8), valid ? input + source_rows[r] + k : input, valid);
     }
   };
 
@@ -100,7 +100,7 @@ __global__ void __launch_bounds__(kWarpsRows * kWarpsTokens * 32)
     cp_async_commit();
 
     const unsigned char* stage = smem + (slice % kStages) * Smem::kStageBytes;
-    const auto* activations = reinterpret_cast<const __nv_bfloat16*>(stage + Smem::kWeightBytes);
+    const auto* activations = reinterpret_cast<const unsigned short*>(stage + Smem::kWeightBytes);
     unsigned a[kWarpRecords][4][4];
 #pragma unroll
     for (int r = 0; r < kWarpRecords; ++r) {
@@ -110,7 +110,7 @@ __global__ void __launch_bounds__(kWarpsRows * kWarpsTokens * 32)
     }
 #pragma unroll
     for (int t = 0; t < kWarpTiles; ++t) {
-      const __nv_bfloat16* b_row =
+      const unsigned short* b_row =
           activations + ((warp_token * kWarpTiles + t) * 8 + lane % 8) * Smem::kRowStride + 8 * (lane / 8);
       unsigned b[8];
       load_token_fragments(b, b_row);

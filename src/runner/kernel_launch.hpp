@@ -1,7 +1,8 @@
-// Host-side launchers of the device kernels (implemented in kernel_launch.cu, the one translation
-// unit nvcc compiles); the runner sequences them.
+// Host-side launchers of the device kernels (routing in route_launch.cu, experts in
+// expert_launch.cpp); the runner sequences them.
 #pragma once
 
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <span>
@@ -12,16 +13,13 @@
 
 namespace mxmoe {
 
-// Raises the dynamic shared-memory limits of the kernels that need more than 48 KB; once per
-// process and device, before the first launch (not a stream operation, so never inside a capture).
-void prepare_kernels();
-
 void launch_router_logits(const __nv_bfloat16* x, const __nv_bfloat16* weight, const float* bias, float* logits,
                           int num_tokens, int num_experts, int hidden, cudaStream_t stream);
 void launch_select_experts(const float* logits, int num_tokens, int num_experts, int top_k,
                            const kernels::RouteBuffers& route, cudaStream_t stream);
 void launch_permute(int num_pairs, int num_experts, const kernels::RouteBuffers& route, cudaStream_t stream);
-// `args.tile_offsets` must be the prefix array of the tactic's tile_tokens.
+// `args.tile_offsets` must be the prefix array of the tactic's tile_tokens. Loads the tactic's
+// kernels on first use (see MoeRunner::prepare to do that ahead of a graph capture).
 void launch_expert_gemm(Stage stage, const Tactic& tactic, const kernels::ExpertGemmArgs& args, int num_pairs,
                         cudaStream_t stream);
 void launch_unpermute(const float* expert_out, long long split_stride, int k_split, int hidden, int top_k,

@@ -9,10 +9,13 @@
 #include "format/mxfp4_records.hpp"
 #include "kernels/mxfp4_fragment.cuh"
 #include "mxmoe/error.hpp"
+#include "jit/kernel_cache.hpp"
 #include "runner/cuda_check.hpp"
+#include "runner/expert_modules.hpp"
 #include "runner/kernel_launch.hpp"
 #include "runner/workspace.hpp"
 #include "tactics/tactic_choice.hpp"
+#include "tactics/tuned_plans.hpp"
 
 namespace mxmoe {
 namespace {
@@ -40,6 +43,8 @@ void check_aligned(const void* p, size_t alignment, const char* what) {
 
 struct MoeRunner::Impl {
   MoeShape shape;
+  DeviceArch device;
+  TunedPlans tuned;
   RecordGeometry fc1_geometry, fc2_geometry;
   DeviceBuffer weights;  // fc1 records | fc1 bias | fc2 records | fc2 bias | router weight | router bias
   const unsigned char* fc1_records = nullptr;
@@ -58,6 +63,12 @@ MoeRunner::MoeRunner(const MoeLayerWeights& weights) : impl_(std::make_unique<Im
   Impl& m = *impl_;
   const MoeShape& s = weights.shape;
   m.shape = s;
+  m.device = current_device_arch();
+  cudaDeviceProp prop{};
+  int device = 0;
+  cuda_check(cudaGetDevice(&device), "cudaGetDevice");
+  cuda_check(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");
+  m.tuned = TunedPlans::load(default_kernel_cache().dir(), prop.name, *m.device.arch, s);
   m.fc1_geometry = {s.num_experts, s.fc1_rows(), s.hidden};
   m.fc2_geometry = {s.num_experts, s.hidden, s.intermediate};
 
@@ -80,7 +91,6 @@ MoeRunner::MoeRunner(const MoeLayerWeights& weights) : impl_(std::make_unique<Im
   size_t total = 0;
   for (const auto& p : pieces) total += align256(p.bytes);
 
-  prepare_kernels();
   m.weights = DeviceBuffer(total, "MoE layer weights (" + s.describe() + ")");
   auto* base = static_cast<unsigned char*>(m.weights.get());
   std::vector<unsigned char*> at;
@@ -110,7 +120,28 @@ size_t MoeRunner::workspace_size(int max_tokens) const {
   return WorkspaceLayout::of(impl_->shape, max_tokens).total;
 }
 
-LayerPlan MoeRunner::plan(int num_tokens) const { return heuristic_plan(impl_->shape, num_tokens); }
+LayerPlan MoeRunner::heuristic_plan(int num_tokens) const {
+  return mxmoe::heuristic_plan(impl_->shape, num_tokens, *impl_->device.arch, impl_->device.multiprocessors);
+}
+
+LayerPlan MoeRunner::plan(int num_tokens) const {
+  return impl_->tuned.find(num_tokens).value_or(heuristic_plan(num_tokens));
+}
+
+bool MoeRunner::tuned() const { return !impl_->tuned.entries().empty(); }
+
+void MoeRunner::prepare(int max_tokens) const {
+  std::vector<int> counts;
+  for (int t = 1; t < max_tokens; t *= 2) counts.push_back(t);
+  counts.push_back(max_tokens);
+  for (const auto& [bucket, entry] : impl_->tuned.entries()) counts.push_back(std::min(bucket, max_tokens));
+  for (int t : counts) {
+    for (const LayerPlan& p : {plan(t), heuristic_plan(t)}) {
+      expert_kernels(p.fc1);
+      expert_kernels(p.fc2);
+    }
+  }
+}
 
 void MoeRunner::Impl::run(const __nv_bfloat16* x, const float* logits, __nv_bfloat16* out, int num_tokens,
                           void* workspace, cudaStream_t stream, const LayerPlan& plan) const {
@@ -166,7 +197,7 @@ void MoeRunner::forward(const __nv_bfloat16* x, const float* router_logits, __nv
   check_aligned(router_logits, 4, "router_logits");
   if (num_tokens == 0) return;
   const LayerPlan chosen = plan ? *plan : this->plan(num_tokens);
-  validate_plan(impl_->shape, chosen);
+  validate_plan(impl_->shape, chosen, *impl_->device.arch);
   impl_->run(x, router_logits, out, num_tokens, workspace, stream, chosen);
 }
 
@@ -175,7 +206,7 @@ void MoeRunner::forward(const __nv_bfloat16* x, __nv_bfloat16* out, int num_toke
   check_forward_args(*this, x, out, num_tokens, workspace, workspace_bytes);
   if (num_tokens == 0) return;
   const LayerPlan chosen = plan ? *plan : this->plan(num_tokens);
-  validate_plan(impl_->shape, chosen);
+  validate_plan(impl_->shape, chosen, *impl_->device.arch);
   auto* logits = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace) +
                                           WorkspaceLayout::of(impl_->shape, num_tokens).logits);
   launch_router_logits(x, impl_->router_weight, impl_->router_bias, logits, num_tokens, impl_->shape.num_experts,

@@ -1,11 +1,35 @@
-// Tactic names, validation against a layer shape, and the token-count heuristic.
+// Tactic names and parsing, plan validation, and the token-count heuristic.
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+
+#include "kernels/smem_bytes.hpp"
+#include "mxmoe/error.hpp"
 #include "tactics/tactic_choice.hpp"
 
-#include <algorithm>
-
-#include "mxmoe/error.hpp"
-
 namespace mxmoe {
+namespace {
+
+const Tactic kGemv{KernelFamily::kGemv, 64, 8, 4, 1, 4, 1};
+Tactic mma_tile(int tile_tokens) {
+  if (tile_tokens <= 32) return {KernelFamily::kMmaTile, 128, tile_tokens, 4, 1, 4, 1};
+  return {KernelFamily::kMmaTile, 128, tile_tokens, 2, tile_tokens / 32, 3, 1};
+}
+
+// Reads "<prefix><number>" at the front of `text`, advancing it.
+int take_number(std::string_view& text, std::string_view prefix, std::string_view whole) {
+  if (text.substr(0, prefix.size()) != prefix) {
+    throw Error("malformed tactic '" + std::string(whole) + "': expected '" + std::string(prefix) + "'");
+  }
+  text.remove_prefix(prefix.size());
+  int value = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || value <= 0) throw Error("malformed tactic '" + std::string(whole) + "': expected a number");
+  text.remove_prefix(static_cast<size_t>(end - text.data()));
+  return value;
+}
+
+}  // namespace
 
 std::string Tactic::name() const {
   const std::string split = ".k" + std::to_string(k_split);
@@ -16,44 +40,77 @@ std::string Tactic::name() const {
          "x" + std::to_string(warps_tokens) + ".s" + std::to_string(stages) + split;
 }
 
-void validate_plan(const MoeShape& shape, const LayerPlan& plan) {
+Tactic Tactic::binary() const {
+  Tactic t = *this;
+  t.k_split = 1;
+  return t;
+}
+
+Tactic parse_tactic(std::string_view name) {
+  std::string_view rest = name;
+  Tactic t;
+  if (rest.substr(0, 5) == "gemv.") {
+    rest.remove_prefix(4);
+    t.family = KernelFamily::kGemv;
+    t.tile_rows = take_number(rest, ".r", name);
+    t.tile_tokens = kernels::kGemvTokens;
+    t.warps_rows = take_number(rest, ".w", name);
+    t.warps_tokens = 1;
+    t.stages = take_number(rest, ".u", name);
+  } else if (rest.substr(0, 4) == "mma.") {
+    rest.remove_prefix(3);
+    t.family = KernelFamily::kMmaTile;
+    t.tile_rows = take_number(rest, ".r", name);
+    t.tile_tokens = take_number(rest, "x", name);
+    t.warps_rows = take_number(rest, ".w", name);
+    t.warps_tokens = take_number(rest, "x", name);
+    t.stages = take_number(rest, ".s", name);
+  } else {
+    throw Error("malformed tactic '" + std::string(name) + "': expected 'gemv.' or 'mma.'");
+  }
+  t.k_split = take_number(rest, ".k", name);
+  if (!rest.empty()) throw Error("malformed tactic '" + std::string(name) + "': trailing '" + std::string(rest) + "'");
+  return t;
+}
+
+void validate_plan(const MoeShape& shape, const LayerPlan& plan, const Arch& arch) {
+  const auto valid = valid_tactics(arch.name);
   for (const auto& [tactic, stage] : {std::pair{plan.fc1, Stage::kFc1}, std::pair{plan.fc2, Stage::kFc2}}) {
-    Tactic compiled = tactic;
-    compiled.k_split = 1;
-    const auto list = compiled_tactics();
-    const char* which = stage == Stage::kFc1 ? "FC1" : "FC2";
-    if (std::find(list.begin(), list.end(), compiled) == list.end()) {
-      throw Error(std::string(which) + " tactic " + tactic.name() + " is not compiled into this library");
+    const std::string which = stage == Stage::kFc1 ? "FC1" : "FC2";
+    if (std::find(valid.begin(), valid.end(), tactic.binary()) == valid.end()) {
+      throw Error(which + " tactic " + tactic.name() + " is not in the " + std::string(arch.name) + " tactic table");
     }
-    const int k = stage == Stage::kFc1 ? shape.hidden : shape.intermediate;
-    const int k_tiles = (k + 63) / 64;
-    if (tactic.k_split < 1 || tactic.k_split > std::min(kMaxKSplit, k_tiles) || (stage == Stage::kFc1 && tactic.k_split != 1)) {
-      throw Error(std::string(which) + " tactic " + tactic.name() + ": k_split must be 1 for FC1 and in [1, " +
-                  std::to_string(std::min(kMaxKSplit, k_tiles)) + "] for FC2");
+    const int k_tiles = ((stage == Stage::kFc1 ? shape.hidden : shape.intermediate) + 63) / 64;
+    const int max_split = stage == Stage::kFc1 ? 1 : std::min(kMaxKSplit, k_tiles);
+    if (tactic.k_split < 1 || tactic.k_split > max_split) {
+      throw Error(which + " tactic " + tactic.name() + ": k_split must be in [1, " + std::to_string(max_split) + "]" +
+                  (stage == Stage::kFc1 ? " (FC1's SwiGLU needs whole sums)" : ""));
+    }
+    if (tactic.family == KernelFamily::kGemv && kernels::gemv_smem_bytes(k_tiles, tactic.k_split) > arch.smem_per_block) {
+      throw Error(which + " tactic " + tactic.name() + ": K = " + std::to_string(k_tiles * 64) +
+                  " needs more shared memory than " + std::string(arch.name) + " has; use a K split or a tiled tactic");
     }
   }
 }
 
-// Rows per expert if routing were even: T k / E. At most 8 tokens every expert sees at most 8 rows
-// (one GEMV pass); past that the smallest token tile that covers the expected count, so that
-// padding stays under half the tile, up to 128.
-LayerPlan heuristic_plan(const MoeShape& shape, int num_tokens) {
-  const auto list = compiled_tactics();
-  auto first_of = [&](KernelFamily family, int tile_tokens) {
-    for (const auto& t : list) {
-      if (t.family == family && t.tile_tokens == tile_tokens) return t;
-    }
-    throw Error("no compiled tactic for " + std::to_string(tile_tokens) + "-token tiles");
-  };
-  if (num_tokens <= 8) {
-    const Tactic gemv = first_of(KernelFamily::kGemv, 8);
-    return {gemv, gemv};
+LayerPlan heuristic_plan(const MoeShape& shape, int num_tokens, const Arch& arch, int multiprocessors) {
+  const long long pairs = static_cast<long long>(num_tokens) * shape.top_k;
+  const long long rows_expected = (pairs + shape.num_experts - 1) / shape.num_experts;
+  const bool gemv_fits = kernels::gemv_smem_bytes((shape.hidden + 63) / 64, 1) <= arch.smem_per_block;
+  if (gemv_fits && (num_tokens <= kernels::kGemvTokens || rows_expected <= 2)) {
+    const double touched =
+        shape.num_experts * (1.0 - std::pow(1.0 - static_cast<double>(shape.top_k) / shape.num_experts, num_tokens));
+    const double ctas = std::ceil(shape.hidden / static_cast<double>(kGemv.tile_rows)) * std::max(1.0, touched);
+    Tactic fc2 = kGemv;
+    fc2.k_split = static_cast<int>(std::clamp(std::ceil(2.0 * multiprocessors / ctas), 1.0,
+                                              static_cast<double>(std::min(kMaxKSplit, (shape.intermediate + 63) / 64))));
+    return {kGemv, fc2};
   }
-  const long long expected = (static_cast<long long>(num_tokens) * shape.top_k + shape.num_experts - 1) / shape.num_experts;
   int tile = 16;
-  while (tile < 128 && tile < expected) tile *= 2;
-  const Tactic mma = first_of(KernelFamily::kMmaTile, tile);
-  return {mma, mma};
+  while (tile < 128 && tile < rows_expected) tile *= 2;
+  return {mma_tile(tile), mma_tile(tile)};
 }
+
+std::vector<Tactic> default_tactics() { return {kGemv, mma_tile(16), mma_tile(32), mma_tile(64), mma_tile(128)}; }
 
 }  // namespace mxmoe

@@ -17,6 +17,7 @@
 #include "kernels/mxfp4_fragment.cuh"
 #include "mxmoe/error.hpp"
 #include "mxmoe/mx_format.hpp"
+#include "runner/expert_modules.hpp"
 
 namespace mxmoe {
 namespace {
@@ -122,12 +123,12 @@ void expect_routing(const GpuResult& g, const Routing& cpu, int num_experts, con
   for (int row = 0; row < pairs; ++row) ASSERT_EQ(g.pair_rows[g.sorted_pairs[row]], row) << what;
 }
 
-// Every compiled tactic for both stages, FC2 K splits (as many as FC2's K tiles allow), and the
-// runner's own choice (nullopt).
+// Every valid tactic of this device's arch for both stages, FC2 K splits (as many as FC2's K
+// tiles allow), and the runner's own choice (nullopt).
 std::vector<std::pair<std::string, std::optional<LayerPlan>>> plans_to_test(const MoeShape& shape) {
   std::vector<std::pair<std::string, std::optional<LayerPlan>>> plans{{"heuristic", std::nullopt}};
   const int fc2_k_tiles = (shape.intermediate + 63) / 64;
-  for (const Tactic& t : compiled_tactics()) {
+  for (const Tactic& t : valid_tactics(current_device_arch().arch->name)) {
     plans.emplace_back(t.name(), LayerPlan{t, t});
     Tactic split = t;
     split.k_split = std::min(t.family == KernelFamily::kGemv ? kMaxKSplit : 2, fc2_k_tiles);

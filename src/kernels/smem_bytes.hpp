@@ -1,0 +1,25 @@
+// Dynamic shared memory of the expert kernels, for the kernels and for the host that launches them
+// and checks tactics against an arch's limit. Plain header: NVRTC compiles it too.
+#pragma once
+
+namespace mxmoe::kernels {
+
+constexpr int kGemvTokens = 8;
+constexpr int kSmemRecordBytes = 544;                 // one 16 x 64 record (mxfp4_fragment.cuh)
+constexpr int kSmemActivationRowBytes = (64 + 8) * 2;  // one token's 64 K of bf16, +16 bytes against bank conflicts
+
+// GEMV: 8 token rows of the split's K range (+16 bytes each).
+constexpr int gemv_smem_bytes(int k_tiles, int k_split) {
+  return kGemvTokens * ((k_tiles + k_split - 1) / k_split * 64 + 8) * 2;
+}
+
+// Tiled: `stages` copies of (records of tile_rows rows + tile_tokens activation rows), plus each
+// token's 8-byte source row offset.
+constexpr int mma_tile_stage_bytes(int tile_rows, int tile_tokens) {
+  return tile_rows / 16 * kSmemRecordBytes + tile_tokens * kSmemActivationRowBytes;
+}
+constexpr int mma_tile_smem_bytes(int tile_rows, int tile_tokens, int stages) {
+  return stages * mma_tile_stage_bytes(tile_rows, tile_tokens) + tile_tokens * 8;
+}
+
+}  // namespace mxmoe::kernels

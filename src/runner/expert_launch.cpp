@@ -1,0 +1,35 @@
+// Launching an expert-GEMM tactic: grid and shared memory from the tactic and shape, kernels from
+// the cache.
+#include <algorithm>
+
+#include "kernels/smem_bytes.hpp"
+#include "runner/cuda_check.hpp"
+#include "runner/expert_modules.hpp"
+#include "runner/kernel_launch.hpp"
+
+namespace mxmoe {
+
+void launch_expert_gemm(Stage stage, const Tactic& tactic, const kernels::ExpertGemmArgs& args, int num_pairs,
+                        cudaStream_t stream) {
+  const ExpertKernels& k = expert_kernels(tactic);
+  kernels::ExpertGemmArgs a = args;
+  int k_split = tactic.k_split;
+  void* params[] = {&a, &k_split};
+  const unsigned max_active = static_cast<unsigned>(std::min(args.num_experts, num_pairs));
+  const unsigned row_tiles = static_cast<unsigned>(args.rows / 16);
+  dim3 grid;
+  int smem = 0;
+  if (tactic.family == KernelFamily::kGemv) {
+    grid = dim3((row_tiles + tactic.warps() - 1) / tactic.warps(), max_active, static_cast<unsigned>(k_split));
+    smem = kernels::gemv_smem_bytes(args.k_tiles, k_split);
+  } else {
+    grid = dim3(static_cast<unsigned>(num_pairs / tactic.tile_tokens) + max_active,
+                static_cast<unsigned>((args.rows + tactic.tile_rows - 1) / tactic.tile_rows), static_cast<unsigned>(k_split));
+    smem = kernels::mma_tile_smem_bytes(tactic.tile_rows, tactic.tile_tokens, tactic.stages);
+  }
+  cuda_check(cudaLaunchKernel(stage == Stage::kFc1 ? k.fc1 : k.fc2, grid, dim3(32 * tactic.warps()), params,
+                              static_cast<size_t>(smem), stream),
+             std::string(stage == Stage::kFc1 ? "FC1 " : "FC2 ") + tactic.name() + " launch");
+}
+
+}  // namespace mxmoe

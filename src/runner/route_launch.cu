@@ -1,0 +1,54 @@
+// Launchers of the routing kernels (the one translation unit nvcc compiles into the library; the
+// expert kernels come from the kernel cache, see expert_launch.cpp).
+#include <string>
+
+#include "route/route_kernels.cuh"
+#include "route/unpermute_kernel.cuh"
+#include "runner/cuda_check.hpp"
+#include "runner/kernel_launch.hpp"
+
+namespace mxmoe {
+namespace {
+
+void launch(const void* kernel, dim3 grid, dim3 block, void** args, int smem, cudaStream_t stream, const char* what) {
+  cuda_check(cudaLaunchKernel(kernel, grid, block, args, static_cast<size_t>(smem), stream), what);
+}
+
+unsigned blocks(long long n, long long per_block) { return static_cast<unsigned>((n + per_block - 1) / per_block); }
+
+}  // namespace
+
+void launch_router_logits(const __nv_bfloat16* x, const __nv_bfloat16* weight, const float* bias, float* logits,
+                          int num_tokens, int num_experts, int hidden, cudaStream_t stream) {
+  void* args[] = {&x, &weight, &bias, &logits, &num_tokens, &num_experts, &hidden};
+  launch(reinterpret_cast<const void*>(kernels::router_logits_kernel),
+         dim3(blocks(num_tokens, kernels::kLogitTokens), blocks(num_experts, kernels::kLogitWarps)),
+         dim3(kernels::kLogitWarps * 32), args, 0, stream, "router logits launch");
+}
+
+void launch_select_experts(const float* logits, int num_tokens, int num_experts, int top_k,
+                           const kernels::RouteBuffers& route, cudaStream_t stream) {
+  kernels::RouteBuffers r = route;
+  void* args[] = {&logits, &num_tokens, &num_experts, &top_k, &r};
+  launch(reinterpret_cast<const void*>(kernels::select_experts_kernel), dim3(blocks(num_tokens, kernels::kSelectWarps)),
+         dim3(kernels::kSelectWarps * 32), args, 0, stream, "top-k launch");
+}
+
+void launch_permute(int num_pairs, int num_experts, const kernels::RouteBuffers& route, cudaStream_t stream) {
+  kernels::RouteBuffers r = route;
+  void* args[] = {&num_pairs, &num_experts, &r};
+  const int smem = 4 * (kernels::permute_segments(num_experts) * num_experts + num_experts + 1);
+  launch(reinterpret_cast<const void*>(kernels::permute_kernel), dim3(1), dim3(kernels::kPermuteThreads), args, smem,
+         stream, "permutation launch");
+}
+
+void launch_unpermute(const float* expert_out, long long split_stride, int k_split, int hidden, int top_k,
+                      int num_tokens, const kernels::RouteBuffers& route, __nv_bfloat16* out, cudaStream_t stream) {
+  kernels::RouteBuffers r = route;
+  void* args[] = {&expert_out, &split_stride, &k_split, &hidden, &top_k, &r, &out};
+  launch(reinterpret_cast<const void*>(kernels::unpermute_kernel),
+         dim3(static_cast<unsigned>(num_tokens), blocks(hidden, 8 * kernels::kUnpermuteThreads)),
+         dim3(kernels::kUnpermuteThreads), args, 0, stream, "un-permute launch");
+}
+
+}  // namespace mxmoe

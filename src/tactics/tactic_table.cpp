@@ -1,0 +1,86 @@
+// The candidate expert-kernel binaries and the rules that decide which are valid on an arch.
+#include <array>
+
+#include "jit/arch.hpp"
+#include "kernels/smem_bytes.hpp"
+#include "mxmoe/tactic.hpp"
+
+namespace mxmoe {
+namespace {
+
+struct Candidate {
+  Tactic tactic;
+  const char* reason;
+};
+
+constexpr KernelFamily kGemv = KernelFamily::kGemv;
+constexpr KernelFamily kMma = KernelFamily::kMmaTile;
+
+// Budgets per thread: accumulators (fp32) and dequantised weight fragments (bf16x2), each at most
+// 64 registers, so that a CTA of 8 warps keeps two CTAs' worth of registers per SM free of spills.
+constexpr int kMaxAccumulators = 64;
+constexpr int kMaxFragmentRegisters = 64;
+
+const std::array<Candidate, 15> kCandidates{{
+    {{kGemv, 64, 8, 4, 1, 4, 1}, "decode default: 64 rows per CTA, 4 records (2 KB per warp) in flight"},
+    {{kGemv, 64, 8, 4, 1, 8, 1}, "decode, deeper: 8 records in flight per lane, for more bytes in flight per SM"},
+    {{kGemv, 32, 8, 2, 1, 8, 1}, "decode, small CTAs: twice the CTAs, for the few experts a 1-token step touches"},
+    {{kGemv, 128, 8, 8, 1, 4, 1}, "decode, large CTAs: the staged activations shared by 8 warps"},
+    {{kMma, 64, 16, 4, 1, 4, 1}, "small tile, half height: twice the CTAs of r128 for 9-16 rows per expert"},
+    {{kMma, 128, 16, 4, 1, 4, 1}, "small tile: 9-16 rows per expert"},
+    {{kMma, 128, 32, 4, 1, 4, 1}, "small tile: 17-32 rows per expert"},
+    {{kMma, 128, 64, 2, 2, 3, 1}, "large tile: 33-64 rows per expert"},
+    {{kMma, 128, 64, 4, 2, 3, 1}, "large tile, 8 warps: more warps to hide the dequantisation"},
+    {{kMma, 128, 128, 2, 4, 3, 1}, "prefill: 65+ rows per expert"},
+    {{kMma, 128, 128, 4, 2, 3, 1}, "prefill, taller warp tiles: each dequantised record feeds 8 MMA tiles"},
+    {{kMma, 256, 64, 4, 2, 3, 1}, "prefill, tall tile: each staged activation slice feeds 256 weight rows"},
+    {{kMma, 128, 128, 2, 4, 4, 1}, "prefill, 4-deep pipeline"},
+    {{kMma, 128, 128, 2, 4, 5, 1}, "prefill, 5-deep pipeline for long DRAM latency"},
+    {{kMma, 256, 128, 4, 2, 3, 1}, "prefill, 256 x 128 tile: fewest re-reads of weights and activations"},
+}};
+
+// Empty when `t` can run on `arch`; otherwise the first rule it breaks.
+std::string why_invalid(const Tactic& t, const Arch& arch) {
+  if (t.warps_rows < 1 || t.warps_tokens < 1 || t.warps() > 16) return "1 to 16 warps per CTA";
+  if (t.family == KernelFamily::kGemv) {
+    if (t.tile_tokens != kernels::kGemvTokens || t.warps_tokens != 1 || t.tile_rows != 16 * t.warps_rows) {
+      return "a GEMV CTA is one 16-row record column per warp over 8 tokens";
+    }
+    if (t.stages < 1 || t.stages > 16) return "1 to 16 records in flight per lane";
+    return "";
+  }
+  if (t.tile_rows % (16 * t.warps_rows) != 0) return "tile rows must split into whole 16-row records per warp";
+  if (t.tile_tokens % (8 * t.warps_tokens) != 0) return "tile tokens must split into whole 8-token MMA tiles per warp";
+  const int records = t.tile_rows / t.warps_rows / 16, token_tiles = t.tile_tokens / t.warps_tokens / 8;
+  if (records * token_tiles * 4 > kMaxAccumulators) {
+    return std::to_string(records * token_tiles * 4) + " accumulators per thread (budget " +
+           std::to_string(kMaxAccumulators) + ")";
+  }
+  if (records * 16 > kMaxFragmentRegisters) return "too many dequantised fragment registers per thread";
+  if (t.stages < 2) return "a cp.async pipeline needs 2 stages";
+  const int smem = kernels::mma_tile_smem_bytes(t.tile_rows, t.tile_tokens, t.stages);
+  if (smem > arch.smem_per_block) {
+    return std::to_string(smem) + " bytes of shared memory (" + std::string(arch.name) + " allows " +
+           std::to_string(arch.smem_per_block) + ")";
+  }
+  return "";
+}
+
+}  // namespace
+
+std::vector<TacticEntry> tactic_table(std::string_view arch_name) {
+  const Arch& arch = arch_by_name(arch_name);
+  std::vector<TacticEntry> table;
+  for (const auto& c : kCandidates) table.push_back({c.tactic, c.reason, why_invalid(c.tactic, arch)});
+  return table;
+}
+
+std::vector<Tactic> valid_tactics(std::string_view arch) {
+  std::vector<Tactic> valid;
+  for (const auto& e : tactic_table(arch)) {
+    if (e.invalid.empty()) valid.push_back(e.tactic);
+  }
+  return valid;
+}
+
+}  // namespace mxmoe

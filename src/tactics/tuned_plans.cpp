@@ -1,0 +1,113 @@
+#include "tactics/tuned_plans.hpp"
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "common/atomic_file.hpp"
+#include "common/warnings.hpp"
+#include "mxmoe/error.hpp"
+#include "tactics/tactic_choice.hpp"
+
+namespace mxmoe {
+namespace {
+
+using Json = nlohmann::ordered_json;
+constexpr const char* kFormat = "mxmoe-tuned 1";
+
+Json shape_json(const MoeShape& s) {
+  return {{"experts", s.num_experts}, {"top_k", s.top_k}, {"hidden", s.hidden}, {"intermediate", s.intermediate}};
+}
+
+std::optional<Json> read_table(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return std::nullopt;
+  std::stringstream text;
+  text << in.rdbuf();
+  try {
+    Json table = Json::parse(text.str());
+    if (table.value("format", "") != kFormat) throw Error("unknown format");
+    return table;
+  } catch (const std::exception& e) {
+    warn_once("tuned table " + path + " is malformed (" + e.what() + "); ignoring it");
+    return std::nullopt;
+  }
+}
+
+}  // namespace
+
+std::string TunedPlans::path(const std::string& cache_dir, const std::string& device_name, const Arch& arch) {
+  std::string name;
+  for (char c : device_name) name += std::isalnum(static_cast<unsigned char>(c)) ? c : '-';
+  return cache_dir + "/tuned/" + name + "." + std::string(arch.name) + ".json";
+}
+
+TunedPlans TunedPlans::load(const std::string& cache_dir, const std::string& device_name, const Arch& arch,
+                            const MoeShape& shape) {
+  TunedPlans tuned;
+  const std::string file = path(cache_dir, device_name, arch);
+  const auto table = read_table(file);
+  if (!table) return tuned;
+  if (table->value("mxmoe_version", "") != MXMOE_VERSION || table->value("device", "") != device_name ||
+      table->value("arch", "") != arch.name) {
+    warn_once("tuned table " + file + " was made by mxmoe " + table->value("mxmoe_version", "?") + " for " +
+              table->value("device", "?") + " " + table->value("arch", "?") + "; ignoring it (re-run mxmoe tune)");
+    return tuned;
+  }
+  try {
+    for (const auto& s : table->at("shapes")) {
+      if (s.at("shape") != shape_json(shape)) continue;
+      for (const auto& e : s.at("plans")) {
+        const int tokens = e.at("tokens").get<int>();
+        try {
+          TunedEntry entry{{parse_tactic(e.at("fc1").get<std::string>()), parse_tactic(e.at("fc2").get<std::string>())},
+                           e.value("us", 0.0), e.value("heuristic_us", 0.0)};
+          validate_plan(shape, entry.plan, arch);
+          tuned.entries_[tokens] = entry;
+        } catch (const Error& bad) {
+          warn_once("tuned table " + file + ": ignoring the plan for T = " + std::to_string(tokens) + " (" + bad.what() + ")");
+        }
+      }
+    }
+  } catch (const nlohmann::json::exception& e) {
+    warn_once("tuned table " + file + " is malformed (" + e.what() + "); ignoring it");
+    tuned.entries_.clear();
+  }
+  return tuned;
+}
+
+void TunedPlans::store(const std::string& cache_dir, const std::string& device_name, const Arch& arch,
+                       const MoeShape& shape, const std::map<int, TunedEntry>& entries) {
+  const std::string file = path(cache_dir, device_name, arch);
+  Json table = read_table(file).value_or(Json{});
+  if (table.value("mxmoe_version", "") != MXMOE_VERSION) table = Json{};
+  table["format"] = kFormat;
+  table["mxmoe_version"] = MXMOE_VERSION;
+  table["device"] = device_name;
+  table["arch"] = arch.name;
+  Json shapes = Json::array();
+  for (const auto& s : table.value("shapes", Json::array())) {
+    if (s.value("shape", Json{}) != shape_json(shape)) shapes.push_back(s);
+  }
+  Json plans = Json::array();
+  for (const auto& [tokens, e] : entries) {
+    plans.push_back({{"tokens", tokens}, {"fc1", e.plan.fc1.name()}, {"fc2", e.plan.fc2.name()}, {"us", e.us},
+                     {"heuristic_us", e.heuristic_us}});
+  }
+  shapes.push_back({{"shape", shape_json(shape)}, {"plans", plans}});
+  table["shapes"] = shapes;
+  std::error_code ec;
+  std::filesystem::create_directories(std::filesystem::path(file).parent_path(), ec);
+  const std::string text = table.dump(2) + "\n";
+  const std::span<const uint8_t> piece(reinterpret_cast<const uint8_t*>(text.data()), text.size());
+  write_file_atomically(file, std::span(&piece, 1));
+}
+
+std::optional<LayerPlan> TunedPlans::find(int num_tokens) const {
+  if (entries_.empty()) return std::nullopt;
+  const auto it = entries_.lower_bound(num_tokens);
+  return (it != entries_.end() ? it : std::prev(entries_.end()))->second.plan;
+}
+
+}  // namespace mxmoe

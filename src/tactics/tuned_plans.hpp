@@ -1,0 +1,41 @@
+// Plans found by `mxmoe tune`, persisted per device in the cache directory:
+//   <cache>/tuned/<device name>.<arch>.json
+// keyed inside by layer shape and token-count bucket, stamped with the mxmoe version. A table from
+// another mxmoe version, for another device or arch, or that does not parse, is ignored with one
+// warning; so is an entry whose tactic is not valid here.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+
+#include "jit/arch.hpp"
+#include "mxmoe/moe_shape.hpp"
+#include "mxmoe/tactic.hpp"
+
+namespace mxmoe {
+
+struct TunedEntry {
+  LayerPlan plan;
+  double us = 0.0;            // the winner's median time per layer
+  double heuristic_us = 0.0;  // the heuristic plan's, measured in the same sweep
+};
+
+class TunedPlans {
+ public:
+  static std::string path(const std::string& cache_dir, const std::string& device_name, const Arch& arch);
+  static TunedPlans load(const std::string& cache_dir, const std::string& device_name, const Arch& arch,
+                         const MoeShape& shape);
+  // Replaces this shape's entries in the device's table (other shapes kept), written atomically.
+  static void store(const std::string& cache_dir, const std::string& device_name, const Arch& arch,
+                    const MoeShape& shape, const std::map<int, TunedEntry>& entries);
+
+  // The plan tuned for the smallest bucket >= num_tokens, else for the largest bucket.
+  std::optional<LayerPlan> find(int num_tokens) const;
+  const std::map<int, TunedEntry>& entries() const { return entries_; }
+
+ private:
+  std::map<int, TunedEntry> entries_;  // token bucket -> entry
+};
+
+}  // namespace mxmoe
