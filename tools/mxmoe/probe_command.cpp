@@ -19,7 +19,7 @@ namespace mxmoe::cli {
 namespace {
 
 constexpr OptionSpec kOptions[] = {
-    {"arch", "NAME|all", "probe the NVRTC target of one supported arch (sm_90a, sm_100a, sm_120a, sm_121a) or all"},
+    {"arch", "NAME|all", "probe the NVRTC target mxmoe uses for a supported arch (e.g. sm_120a), or for all"},
     {"target", "LIST", "probe these raw NVRTC targets, comma-separated (e.g. sm_120,sm_120f)"},
 };
 
@@ -76,12 +76,11 @@ std::vector<Target> targets_from_args(const ParsedArgs& args) {
 // A target NVRTC does not know would reject every probe for a reason that has nothing to do with the
 // instruction, so it is refused before the matrix is built.
 void check_target_known(const Target& target) {
-  const CompileResult empty = compile_cuda({R"(extern "C" __global__ void probe() {})", {}, target.name});
-  if (empty.ok) return;
-  std::string log = empty.log;
-  std::replace(log.begin(), log.end(), '\n', ' ');
+  constexpr PtxProbe kEmptyKernel{"empty kernel", "", R"(extern "C" __global__ void probe() {})", ""};
+  const ProbeOutcome outcome = run_probe(kEmptyKernel, target.name);
+  if (outcome.accepted) return;
   const std::string message =
-      "NVRTC " + nvrtc_version() + " does not accept the target '" + target.name + "': " + log;
+      "NVRTC " + nvrtc_version() + " does not accept the target '" + target.name + "': " + outcome.message;
   if (target.from_target_option) throw UsageError("--target: " + message);
   throw Error(message);
 }

@@ -1,0 +1,199 @@
+// The kernel cache: keys, the entry format and its damage checks, cold compile then warm load,
+// the ahead-of-time set, rebuilding damaged entries, read-only and unusable directories, and many
+// processes prewarming one empty cache at once.
+#include <gtest/gtest.h>
+#include <sys/mount.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "jit/aot.hpp"
+#include "jit/kernel_cache.hpp"
+#include "tactics/tactic_choice.hpp"
+#include "test_support.hpp"
+
+namespace mxmoe {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A valid tactic outside the ahead-of-time set, so that the cache (not the library) must supply it.
+const Tactic kNotBuiltIn = parse_tactic("gemv.r64.w4.u8.k1");
+const Arch& sm90() { return arch_by_name("sm_90a"); }
+
+std::string read_text(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+TEST(KernelKey, CoversTheBinaryAndNotTheLaunch) {
+  Tactic split = kNotBuiltIn;
+  split.k_split = 3;
+  EXPECT_EQ(kernel_key(kNotBuiltIn, sm90()), kernel_key(split, sm90()));
+  EXPECT_NE(kernel_key(kNotBuiltIn, sm90()), kernel_key(kNotBuiltIn, arch_by_name("sm_120a")));
+  EXPECT_NE(kernel_key(kNotBuiltIn, sm90()), kernel_key(parse_tactic("gemv.r64.w4.u4.k1"), sm90()));
+  EXPECT_EQ(kernel_key(kNotBuiltIn, sm90()).size(), 32u);
+}
+
+TEST(KernelEntry, RoundTripAndEveryDamageIsCaught) {
+  KernelBinary b;
+  b.key = "0123456789abcdef0123456789abcdef";
+  b.tactic = "gemv.r64.w4.u8.k1";
+  b.arch = "sm_90a";
+  b.kernel_names = {"fc1_kernel", "fc2_kernel"};
+  b.cubin = std::make_shared<const std::vector<uint8_t>>(std::vector<uint8_t>{1, 2, 3, 4, 5, 6, 7, 8});
+  const auto bytes = serialize_entry(b);
+  std::string problem;
+  const auto back = parse_entry(bytes, b.key, &problem);
+  ASSERT_TRUE(back) << problem;
+  EXPECT_EQ(*back->cubin, *b.cubin);
+  EXPECT_EQ(back->kernel_names, b.kernel_names);
+
+  auto damaged = bytes;
+  damaged.back() ^= 1;
+  EXPECT_FALSE(parse_entry(damaged, b.key, &problem));
+  EXPECT_NE(problem.find("checksum"), std::string::npos) << problem;
+  EXPECT_FALSE(parse_entry(std::span(bytes).first(bytes.size() - 1), b.key, &problem));
+  EXPECT_FALSE(parse_entry(std::span(bytes).first(20), b.key, &problem));
+  EXPECT_FALSE(parse_entry(bytes, "ffffffffffffffffffffffffffffffff", &problem));
+  EXPECT_FALSE(parse_entry(std::vector<uint8_t>{'M', 'X'}, b.key, &problem));
+}
+
+TEST(KernelCache, ColdCompileThenWarmLoad) {
+  const fs::path dir = test::scratch_dir();
+  KernelCache cold(dir.string());
+  const auto first = cold.get(kNotBuiltIn, sm90());
+  EXPECT_EQ(first.origin, KernelCache::Origin::kCompiled);
+  EXPECT_EQ(cold.get(kNotBuiltIn, sm90()).origin, KernelCache::Origin::kMemory);
+  KernelCache warm(dir.string());  // a new process, as far as the cache can tell
+  const auto second = warm.get(kNotBuiltIn, sm90());
+  EXPECT_EQ(second.origin, KernelCache::Origin::kDisk);
+  EXPECT_EQ(*second.binary.cubin, *first.binary.cubin);
+  EXPECT_EQ(second.binary.kernel_names, first.binary.kernel_names);
+  const auto listing = warm.list();
+  ASSERT_EQ(listing.size(), 1u);
+  EXPECT_EQ(listing[0].tactic, "gemv.r64.w4.u8.k1");
+  EXPECT_TRUE(listing[0].problem.empty());
+  const std::string log = read_text(dir / "compile.log");
+  EXPECT_EQ(std::count(log.begin(), log.end(), '\n'), 1);
+}
+
+TEST(KernelCache, DefaultTacticsComeFromTheLibrary) {
+  ASSERT_GT(ahead_of_time_entries(), 0u) << "built with an empty MXMOE_AOT_ARCHS";
+  const fs::path dir = test::scratch_dir();
+  KernelCache cache(dir.string());
+  for (const auto& arch : supported_archs()) {
+    for (const Tactic& t : default_tactics()) {
+      EXPECT_EQ(cache.get(t, arch).origin, KernelCache::Origin::kAheadOfTime) << arch.name << " " << t.name();
+    }
+  }
+  EXPECT_FALSE(fs::exists(dir / "compile.log"));
+}
+
+void damage_and_expect_rebuild(const std::function<void(const fs::path&)>& damage) {
+  const fs::path dir = test::scratch_dir();
+  KernelCache(dir.string()).get(kNotBuiltIn, sm90());
+  const fs::path entry = dir / "kernels" / (kernel_key(kNotBuiltIn, sm90()) + ".entry");
+  ASSERT_TRUE(fs::exists(entry));
+  damage(entry);
+  testing::internal::CaptureStderr();
+  KernelCache cache(dir.string());
+  EXPECT_EQ(cache.get(kNotBuiltIn, sm90()).origin, KernelCache::Origin::kCompiled);
+  const std::string warnings = testing::internal::GetCapturedStderr();
+  EXPECT_NE(warnings.find("mxmoe: warning: kernel cache entry " + entry.string() + " is damaged"), std::string::npos)
+      << warnings;
+  EXPECT_EQ(std::count(warnings.begin(), warnings.end(), '\n'), 1) << warnings;
+  EXPECT_TRUE(KernelCache(dir.string()).list().front().problem.empty()) << "the rebuilt entry is whole";
+}
+
+TEST(KernelCache, FlippedByteIsRebuilt) {
+  damage_and_expect_rebuild([](const fs::path& entry) {
+    std::string bytes = read_text(entry);
+    bytes[bytes.size() - 100] ^= 0x40;
+    test::write_file(entry, bytes);
+  });
+}
+
+TEST(KernelCache, TruncatedEntryIsRebuilt) {
+  damage_and_expect_rebuild([](const fs::path& entry) { fs::resize_file(entry, fs::file_size(entry) / 2); });
+}
+
+// Makes `dir` unwritable even for root (a read-only bind mount, else the immutable attribute, else
+// plain permissions); false when none is available here.
+bool make_read_only(const fs::path& dir) {
+  if (geteuid() != 0) return chmod(dir.c_str(), 0555) == 0;
+  if (mount(dir.c_str(), dir.c_str(), nullptr, MS_BIND, nullptr) == 0 &&
+      mount(nullptr, dir.c_str(), nullptr, MS_BIND | MS_REMOUNT | MS_RDONLY, nullptr) == 0) {
+    return true;
+  }
+  umount(dir.c_str());
+  return std::system(("chattr +i " + dir.string() + " 2>/dev/null").c_str()) == 0;
+}
+
+void undo_read_only(const fs::path& dir) {
+  umount(dir.c_str());
+  std::system(("chattr -i " + dir.string() + " 2>/dev/null").c_str());
+  chmod(dir.c_str(), 0755);
+}
+
+TEST(KernelCache, ReadOnlyDirectoryStillWorks) {
+  const fs::path dir = test::scratch_dir();
+  const Tactic other = parse_tactic("gemv.r32.w2.u8.k1");
+  KernelCache(dir.string()).get(other, sm90());  // one entry made while writable
+  if (!make_read_only(dir / "kernels")) GTEST_SKIP() << "cannot make a read-only directory on this machine";
+  testing::internal::CaptureStderr();
+  KernelCache cache(dir.string());
+  const auto compiled = cache.get(kNotBuiltIn, sm90());
+  const auto stored = cache.get(other, sm90());
+  const std::string warnings = testing::internal::GetCapturedStderr();
+  undo_read_only(dir / "kernels");
+  EXPECT_EQ(compiled.origin, KernelCache::Origin::kCompiled);
+  EXPECT_FALSE(compiled.binary.cubin->empty());
+  EXPECT_EQ(stored.origin, KernelCache::Origin::kDisk) << "entries already there are still read";
+  EXPECT_NE(warnings.find("compiling in memory"), std::string::npos) << warnings;
+  EXPECT_FALSE(fs::exists(dir / "kernels" / (kernel_key(kNotBuiltIn, sm90()) + ".entry")));
+}
+
+TEST(KernelCache, UnusableDirectoryCompilesInMemory) {
+  const fs::path file = test::scratch_dir() / "not-a-directory";
+  test::write_file(file, "x");
+  testing::internal::CaptureStderr();
+  KernelCache cache(file.string());
+  EXPECT_EQ(cache.get(kNotBuiltIn, sm90()).origin, KernelCache::Origin::kCompiled);
+  const std::string warnings = testing::internal::GetCapturedStderr();
+  EXPECT_NE(warnings.find("is not usable"), std::string::npos) << warnings;
+}
+
+TEST(KernelCache, EightProcessesPrewarmingOneEmptyCacheCompileEachEntryOnce) {
+  const fs::path dir = test::scratch_dir();
+  const fs::path cache = dir / "cache";
+  std::string script;
+  for (int i = 0; i < 8; ++i) {
+    const std::string n = std::to_string(i);
+    script += "(" + std::string(MXMOE_CLI) + " cache prewarm --arch sm_90a --cache-dir " + cache.string() + " > " +
+              (dir / ("out" + n)).string() + " 2>&1; echo $? > " + (dir / ("rc" + n)).string() + ") & ";
+  }
+  script += "wait";
+  ASSERT_EQ(std::system(script.c_str()), 0);
+  for (int i = 0; i < 8; ++i) {
+    EXPECT_EQ(read_text(dir / ("rc" + std::to_string(i))), "0\n") << read_text(dir / ("out" + std::to_string(i)));
+  }
+  // Each tactic the library lacks was compiled exactly once, by whichever process got its lock.
+  std::map<std::string, int> compiles;
+  std::istringstream log(read_text(cache / "compile.log"));
+  for (std::string line; std::getline(log, line);) ++compiles[line.substr(line.find(' ') + 1, 32)];
+  const size_t lacking = valid_tactics("sm_90a").size() - default_tactics().size();
+  EXPECT_EQ(compiles.size(), lacking);
+  for (const auto& [key, n] : compiles) EXPECT_EQ(n, 1) << key;
+  const auto entries = KernelCache(cache.string()).list();
+  EXPECT_EQ(entries.size(), lacking);
+  for (const auto& e : entries) EXPECT_TRUE(e.problem.empty()) << e.file << ": " << e.problem;
+}
+
+}  // namespace
+}  // namespace mxmoe

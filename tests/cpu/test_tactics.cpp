@@ -1,0 +1,178 @@
+// The tactic table (walked: every valid entry obeys the rules, every invalid one says why), tactic
+// names, plan validation, the pinned choices of the heuristic, and a compile of every valid tactic
+// for every arch.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <mutex>
+#include <thread>
+
+#include "jit/kernel_binary.hpp"
+#include "kernels/smem_bytes.hpp"
+#include "mxmoe/error.hpp"
+#include "tactics/tactic_choice.hpp"
+
+namespace mxmoe {
+namespace {
+
+constexpr int kH100Sms = 132;
+
+TEST(TacticTable, ValidEntriesObeyTheRulesAndInvalidOnesSayWhy) {
+  for (const auto& arch : supported_archs()) {
+    const auto table = tactic_table(arch.name);
+    int valid_gemv = 0, valid_mma = 0;
+    for (const auto& e : table) {
+      SCOPED_TRACE(std::string(arch.name) + " " + e.tactic.name());
+      EXPECT_FALSE(e.reason.empty());
+      EXPECT_EQ(parse_tactic(e.tactic.name()), e.tactic);
+      EXPECT_EQ(e.tactic.k_split, 1);
+      if (!e.invalid.empty()) continue;
+      const Tactic& t = e.tactic;
+      EXPECT_LE(t.warps(), 16);
+      if (t.family == KernelFamily::kGemv) {
+        ++valid_gemv;
+        EXPECT_EQ(t.tile_rows, 16 * t.warps_rows);
+        EXPECT_EQ(t.tile_tokens, 8);
+      } else {
+        ++valid_mma;
+        EXPECT_EQ(t.tile_rows % (16 * t.warps_rows), 0);
+        EXPECT_EQ(t.tile_tokens % (8 * t.warps_tokens), 0);
+        EXPECT_LE((t.tile_rows / t.warps_rows / 16) * (t.tile_tokens / t.warps_tokens / 8) * 4, 64);
+        EXPECT_LE(kernels::mma_tile_smem_bytes(t.tile_rows, t.tile_tokens, t.stages), arch.smem_per_block);
+        EXPECT_GE(t.stages, 2);
+      }
+    }
+    EXPECT_GE(valid_gemv, 2) << arch.name;
+    EXPECT_GE(valid_mma, 6) << arch.name;
+  }
+}
+
+TEST(TacticTable, ArchLimitsDecide) {
+  auto invalid = [](std::string_view arch, std::string_view name) {
+    for (const auto& e : tactic_table(arch)) {
+      if (e.tactic.name() == name) return e.invalid;
+    }
+    ADD_FAILURE() << name << " is not a candidate";
+    return std::string();
+  };
+  // 5 stages of a 128 x 128 tile need 115 KB: Hopper and sm_100 have 227 KB, the sm_12x parts 99 KB.
+  EXPECT_EQ(invalid("sm_90a", "mma.r128x128.w2x4.s5.k1"), "");
+  EXPECT_EQ(invalid("sm_100a", "mma.r128x128.w2x4.s5.k1"), "");
+  EXPECT_NE(invalid("sm_120a", "mma.r128x128.w2x4.s5.k1").find("shared memory"), std::string::npos);
+  EXPECT_NE(invalid("sm_121a", "mma.r128x128.w2x4.s5.k1").find("shared memory"), std::string::npos);
+  // 64 x 64 warp tiles: 128 accumulators per thread on every arch.
+  for (const auto& a : supported_archs()) {
+    EXPECT_NE(invalid(a.name, "mma.r256x128.w4x2.s3.k1").find("accumulators"), std::string::npos) << a.name;
+  }
+  EXPECT_THROW(tactic_table("sm_80"), Error);
+}
+
+TEST(TacticNames, ParseRejectsMalformedNames) {
+  for (const char* bad : {"gemv.r64", "foo.r64.w4.u4.k1", "mma.r128x16.w4x1.s4.k1.extra", "mma.r128x16.w4.s4.k1",
+                          "gemv.r64.w4.u0.k1", ""}) {
+    EXPECT_THROW(parse_tactic(bad), Error) << bad;
+  }
+}
+
+TEST(ValidatePlan, RejectsWhatCannotRun) {
+  const MoeShape shape = model_shape("gpt-oss-20b");
+  const Arch& sm90 = arch_by_name("sm_90a");
+  const Tactic gemv = parse_tactic("gemv.r64.w4.u4.k1");
+  EXPECT_NO_THROW(validate_plan(shape, {gemv, parse_tactic("gemv.r64.w4.u4.k4")}, sm90));
+  EXPECT_THROW(validate_plan(shape, {parse_tactic("gemv.r64.w4.u4.k2"), gemv}, sm90), Error);   // FC1 split
+  EXPECT_THROW(validate_plan(shape, {gemv, parse_tactic("gemv.r64.w4.u4.k5")}, sm90), Error);   // past kMaxKSplit
+  EXPECT_THROW(validate_plan(shape, {gemv, parse_tactic("gemv.r48.w3.u4.k1")}, sm90), Error);   // not a candidate
+  EXPECT_THROW(validate_plan(shape, {parse_tactic("mma.r128x128.w2x4.s5.k1"), gemv}, arch_by_name("sm_120a")), Error);
+  const MoeShape small{4, 2, 64, 64, 1};  // FC2 has one K tile: no split
+  EXPECT_THROW(validate_plan(small, {gemv, parse_tactic("gemv.r64.w4.u4.k2")}, sm90), Error);
+}
+
+struct Pin {
+  const char* model;
+  int tokens;
+  const char* fc1;
+  const char* fc2;
+};
+
+// The heuristic's choices, pinned: rows per expert expected ceil(T k / E), worst case T.
+TEST(Heuristic, PinnedChoices) {
+  const Pin pins[] = {
+      {"gpt-oss-20b", 1, "gemv.r64.w4.u4.k1", "gemv.r64.w4.u4.k2"},  // 4 experts x 45 CTAs < 2 per SM: split
+      {"gpt-oss-20b", 2, "gemv.r64.w4.u4.k1", "gemv.r64.w4.u4.k1"},
+      {"gpt-oss-20b", 8, "gemv.r64.w4.u4.k1", "gemv.r64.w4.u4.k1"},
+      {"gpt-oss-20b", 16, "gemv.r64.w4.u4.k1", "gemv.r64.w4.u4.k1"},   // expected 2 rows
+      {"gpt-oss-20b", 17, "mma.r128x16.w4x1.s4.k1", "mma.r128x16.w4x1.s4.k1"},
+      {"gpt-oss-20b", 128, "mma.r128x16.w4x1.s4.k1", "mma.r128x16.w4x1.s4.k1"},
+      {"gpt-oss-20b", 129, "mma.r128x32.w4x1.s4.k1", "mma.r128x32.w4x1.s4.k1"},
+      {"gpt-oss-20b", 512, "mma.r128x64.w2x2.s3.k1", "mma.r128x64.w2x2.s3.k1"},
+      {"gpt-oss-20b", 513, "mma.r128x128.w2x4.s3.k1", "mma.r128x128.w2x4.s3.k1"},
+      {"gpt-oss-20b", 4096, "mma.r128x128.w2x4.s3.k1", "mma.r128x128.w2x4.s3.k1"},
+      {"gpt-oss-120b", 1, "gemv.r64.w4.u4.k1", "gemv.r64.w4.u4.k2"},
+      {"gpt-oss-120b", 64, "gemv.r64.w4.u4.k1", "gemv.r64.w4.u4.k1"},  // expected 2 rows
+      {"gpt-oss-120b", 65, "mma.r128x16.w4x1.s4.k1", "mma.r128x16.w4x1.s4.k1"},
+      {"gpt-oss-120b", 1024, "mma.r128x32.w4x1.s4.k1", "mma.r128x32.w4x1.s4.k1"},
+      {"gpt-oss-120b", 4096, "mma.r128x128.w2x4.s3.k1", "mma.r128x128.w2x4.s3.k1"},
+  };
+  const Arch& sm90 = arch_by_name("sm_90a");
+  for (const auto& p : pins) {
+    const LayerPlan plan = heuristic_plan(model_shape(p.model), p.tokens, sm90, kH100Sms);
+    EXPECT_EQ(plan.fc1.name(), p.fc1) << p.model << " T=" << p.tokens;
+    EXPECT_EQ(plan.fc2.name(), p.fc2) << p.model << " T=" << p.tokens;
+  }
+}
+
+TEST(Heuristic, GemvMakesWayWhenItsStagingExceedsTheArch) {
+  const MoeShape wide{8, 2, 8192, 1024, 1};  // FC1's 8 x 8192 activations need 128 KB
+  EXPECT_EQ(heuristic_plan(wide, 1, arch_by_name("sm_90a"), kH100Sms).fc1.family, KernelFamily::kGemv);
+  EXPECT_EQ(heuristic_plan(wide, 1, arch_by_name("sm_120a"), 48).fc1.name(), "mma.r128x16.w4x1.s4.k1");
+}
+
+TEST(Heuristic, ChoosesOnlyDefaultTacticsThatValidate) {
+  const auto defaults = default_tactics();
+  for (const auto& arch : supported_archs()) {
+    for (const char* model : {"gpt-oss-20b", "gpt-oss-120b"}) {
+      for (int t : {1, 2, 3, 5, 8, 9, 15, 16, 17, 31, 33, 64, 100, 255, 256, 1000, 4096, 65536}) {
+        const LayerPlan plan = heuristic_plan(model_shape(model), t, arch, kH100Sms);
+        EXPECT_NO_THROW(validate_plan(model_shape(model), plan, arch)) << arch.name << " " << model << " T=" << t;
+        for (const Tactic& tactic : {plan.fc1, plan.fc2}) {
+          EXPECT_NE(std::find(defaults.begin(), defaults.end(), tactic.binary()), defaults.end()) << tactic.name();
+        }
+      }
+    }
+  }
+}
+
+// CI's check that the whole table builds: every valid tactic for every arch through NVRTC.
+TEST(TacticTable, EveryValidTacticCompilesForEveryArch) {
+  struct Job {
+    Tactic tactic;
+    const Arch* arch;
+  };
+  std::vector<Job> jobs;
+  for (const auto& arch : supported_archs()) {
+    for (const Tactic& t : valid_tactics(arch.name)) jobs.push_back({t, &arch});
+  }
+  std::atomic<size_t> next{0};
+  std::mutex mutex;
+  std::vector<std::string> failures;
+  std::vector<std::thread> threads;
+  for (unsigned i = 0; i < std::max(1u, std::thread::hardware_concurrency()); ++i) {
+    threads.emplace_back([&] {
+      for (size_t j = next++; j < jobs.size(); j = next++) {
+        try {
+          const KernelBinary b = compile_tactic(jobs[j].tactic, *jobs[j].arch);
+          if (b.cubin->empty() || b.kernel_names.size() != 2) throw Error("empty result");
+        } catch (const std::exception& e) {
+          std::lock_guard lock(mutex);
+          failures.push_back(std::string(jobs[j].arch->name) + " " + jobs[j].tactic.name() + ": " + e.what());
+        }
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_TRUE(failures.empty()) << failures.front();
+  EXPECT_GE(jobs.size(), 40u);
+}
+
+}  // namespace
+}  // namespace mxmoe
