@@ -278,6 +278,7 @@ struct ProbeSpec {
 constexpr std::string_view kLdmatrixNewShapes = "sm_100a/sm_101a/sm_120a";
 constexpr std::string_view kWarpBlockScale = "sm_120a/sm_121a";
 constexpr std::string_view kSetmaxnregTargets = "sm_90a, sm_10xa/f, sm_12xa/f";
+constexpr std::string_view kTcgen05Targets = "sm_100a/f, sm_103a/f, sm_110a/f";
 
 constexpr std::array<ProbeSpec, 24> kSpecs{{
     {"ldmatrix.m8n8.x4.b16", "ldmatrix", kLdmatrix4, "ldmatrix.sync.aligned.m8n8.x4.shared.b16", "sm_75+"},
@@ -310,12 +311,12 @@ constexpr std::array<ProbeSpec, 24> kSpecs{{
      "mma.sync.aligned.kind::mxf4nvf4.block_scale.scale_vec::4X.m16n8k64.row.col.f32.e2m1.e2m1.f32.ue4m3",
      kWarpBlockScale},
     {"wgmma.m64n16k16.bf16", "wgmma", kWgmma, "", "sm_90a"},
-    {"tcgen05.alloc/dealloc", "tcgen05", kTcgen05Alloc, "", "sm_100a/sm_101a"},
+    {"tcgen05.alloc/dealloc", "tcgen05", kTcgen05Alloc, "", kTcgen05Targets},
     {"tcgen05.mma.kind::f16", "tcgen05", kTcgen05Mma,
-     "tcgen05.mma.cta_group::1.kind::f16 [%0], %1, %2, %3, accumulate", "sm_100a/sm_101a"},
+     "tcgen05.mma.cta_group::1.kind::f16 [%0], %1, %2, %3, accumulate", kTcgen05Targets},
     {"tcgen05.mma.mxf4.block_scale.block32", "tcgen05", kTcgen05Mma,
      "tcgen05.mma.cta_group::1.kind::mxf4.block_scale.block32 [%0], %1, %2, %3, [%5], [%6], accumulate",
-     "sm_100a/sm_101a"},
+     kTcgen05Targets},
     {"cvt.e2m1x2.f32", "cvt", kCvtE2m1, "", "sm_100a/sm_101a/sm_120a"},
     {"cvt.ue8m0x2.f32", "cvt", kCvtUe8m0, "", "sm_100a/sm_101a/sm_120a"},
     {"setmaxnreg.inc", "setmaxnreg", kSetmaxnreg, "setmaxnreg.inc.sync.aligned.u32 232", kSetmaxnregTargets},

@@ -14,6 +14,7 @@ int make_checkpoint_command(std::span<const std::string> args);
 int bench_command(std::span<const std::string> args);
 int probe_command(std::span<const std::string> args);
 int cache_command(std::span<const std::string> args);
+int tune_command(std::span<const std::string> args);
 
 // The GPU half of `mxmoe run`: forward on the first GPU, timing, summary, and with `check` the
 // comparison with the CPU reference; false when the check fails.

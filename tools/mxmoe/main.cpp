@@ -22,6 +22,7 @@ constexpr Subcommand kSubcommands[] = {
     {"run", "one MoE layer forward on seeded activations (CPU reference or GPU)", mxmoe::cli::run_command},
     {"make-checkpoint", "write a synthetic gpt-oss MXFP4 checkpoint", mxmoe::cli::make_checkpoint_command},
     {"bench", "time the layer on the GPU against measured read and matmul ceilings", mxmoe::cli::bench_command},
+    {"tune", "time every valid tactic on this GPU and store the fastest plans", mxmoe::cli::tune_command},
     {"cache", "list, clear, prewarm or time the compiled-kernel cache (no GPU needed)", mxmoe::cli::cache_command},
     {"probe", "which PTX instructions each GPU target accepts (no GPU needed)", mxmoe::cli::probe_command},
 };

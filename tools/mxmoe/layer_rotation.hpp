@@ -1,0 +1,64 @@
+// The measuring rig shared by `mxmoe bench` and `mxmoe tune` (../shared/docs/BENCHMARK.md): 8 or
+// more layers of distinct synthetic weights on the device, fresh random activations and router
+// logits per layer, the whole rotation captured in one CUDA graph so that L2 never holds the
+// experts being read, replays timed with events; and the CPU-reference check of layer 0.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <memory>
+#include <vector>
+
+#include "mxmoe/reference.hpp"
+#include "mxmoe/runner.hpp"
+#include "runner/cuda_check.hpp"
+
+namespace mxmoe::cli {
+
+class LayerRotation {
+ public:
+  LayerRotation(const MoeShape& shape, int num_layers);
+  ~LayerRotation();
+
+  const MoeShape& shape() const { return shape_; }
+  const MoeRunner& runner() const { return layers_.front()->runner; }
+  int num_layers() const { return static_cast<int>(layers_.size()); }
+
+  // New inputs for `tokens` tokens; `skewed` sends half the tokens to expert 0 first.
+  void set_tokens(int tokens, bool skewed);
+  int tokens() const { return tokens_; }
+
+  struct Timing {
+    double median_us = 0, min_us = 0, max_us = 0;  // per layer
+  };
+  // Times `replays` replays of the rotation run with `plan` (each runner's own choice when null).
+  // Stops early, returning the first replay's time, when that is over `give_up_us` per layer.
+  Timing time(const LayerPlan* plan, int replays, double give_up_us = 1e30);
+
+  // Relative error (by norm) of layer 0's output from the last timed run against the CPU
+  // reference, on up to 8 tokens spread over the batch.
+  double first_layer_error();
+
+  // Averages over the layers, from the routing of the current inputs: distinct experts touched,
+  // and bytes the layer must move (those experts' weights, scales, biases; activations in and out).
+  double touched_experts() const;
+  double counted_bytes() const;
+
+ private:
+  struct Layer {
+    MoeRunner runner;
+    DeviceBuffer x, logits, out;
+    std::vector<Bf16> host_x;
+    std::vector<float> host_logits;
+  };
+  MoeShape shape_;
+  MoeLayerWeights first_weights_;
+  std::vector<std::unique_ptr<Layer>> layers_;
+  DeviceBuffer workspace_;
+  cudaStream_t stream_ = nullptr;
+  int tokens_ = 0;
+  std::vector<int> sample_;
+  std::vector<float> reference_;  // layer 0 on sample_, computed once per set_tokens
+};
+
+}  // namespace mxmoe::cli

@@ -1,0 +1,128 @@
+// mxmoe tune: times every valid tactic on this GPU per (model shape, token-count bucket) and
+// persists the winners, which forward() then uses. Each candidate's output is checked against the
+// CPU reference before it may win; the heuristic's own plan is a candidate, so a tuned plan is
+// never slower than it in the sweep's own measurement.
+//
+// The sweep is coordinate-wise: FC1's tactic with FC2 at the heuristic's choice, then FC2's tactic
+// and K split with FC1 at its winner. A candidate whose first replay takes more than 3 times the
+// best so far is not replayed further.
+#include <cstdio>
+#include <iostream>
+
+#include "cli.hpp"
+#include "commands.hpp"
+#include "jit/kernel_cache.hpp"
+#include "layer_rotation.hpp"
+#include "mxmoe/device.hpp"
+#include "mxmoe/error.hpp"
+#include "runner/expert_modules.hpp"
+#include "tactics/tactic_choice.hpp"
+#include "tactics/tuned_plans.hpp"
+
+namespace mxmoe::cli {
+namespace {
+
+constexpr OptionSpec kOptions[] = {
+    {"model", "NAME", "gpt-oss-20b, gpt-oss-120b or all (default all)"},
+    {"tokens", "LIST", "token-count buckets (default 1,2,4,8,16,32,64,128,256,512,1024,4096)"},
+    {"layers", "N", "distinct layers rotated per timing (default 8, at least 8)"},
+    {"replays", "N", "timed replays per candidate (default 10)"},
+};
+
+constexpr CommandSpec kSpec{
+    "tune", "[--model M|all] [--tokens LIST] [--layers N] [--replays N]",
+    "Times every valid tactic of this GPU's arch for FC1 and FC2 (with K splits) at each token-count bucket,\n"
+    "checks each against the CPU reference, and stores the fastest plans in the cache directory's tuned\n"
+    "table for this device; 'mxmoe run', 'mxmoe bench' and the library's forward() then use them (a batch\n"
+    "takes the plan of the smallest tuned bucket at least its size).",
+    kOptions};
+
+constexpr double kMaxRelativeError = 1e-2;
+constexpr double kGiveUpFactor = 3.0;
+
+struct Best {
+  LayerPlan plan;
+  double us = 1e30;
+};
+
+// Times `plan` unless it is hopeless; keeps it when it is accurate and faster than `best`.
+void try_plan(LayerRotation& rotation, const LayerPlan& plan, int replays, Best& best) {
+  const double us = rotation.time(&plan, replays, kGiveUpFactor * best.us).median_us;
+  const double error = rotation.first_layer_error();
+  const bool accurate = error < kMaxRelativeError;
+  std::printf("    %-24s %-24s %10.1f us%s\n", plan.fc1.name().c_str(), plan.fc2.name().c_str(), us,
+              accurate ? "" : "  INACCURATE: not eligible");
+  if (accurate && us < best.us) best = {plan, us};
+}
+
+}  // namespace
+
+int tune_command(std::span<const std::string> args) {
+  const auto parsed = parse(kSpec, args);
+  if (!parsed) {
+    std::cout << usage(kSpec);
+    return 0;
+  }
+  std::vector<std::string> models;
+  const std::string model_arg = parsed->get("model", "all");
+  for (const auto& p : model_presets()) {
+    if (model_arg == "all" || model_arg == p.name) models.emplace_back(p.name);
+  }
+  if (models.empty()) throw UsageError("--model: unknown model '" + model_arg + "'");
+  const std::vector<int64_t> buckets =
+      parsed->get_int_list("tokens", {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096}, 1, 1 << 20);
+  const int num_layers = static_cast<int>(parsed->get_int("layers", 8, 8, 64));
+  const int replays = static_cast<int>(parsed->get_int("replays", 10, 3, 1000));
+  const std::vector<GpuInfo> gpus = list_gpus();
+  if (gpus.empty()) throw Error("tune: no CUDA GPU is visible");
+  const DeviceArch device = current_device_arch();
+  const std::string cache_dir = default_kernel_cache().dir();
+
+  for (const auto& model : models) {
+    const MoeShape shape = model_shape(model);
+    std::printf("%s on %s (%s): building %d layers...\n", model.c_str(), gpus.front().name.c_str(),
+                device.arch->name.data(), num_layers);
+    std::fflush(stdout);
+    LayerRotation rotation(shape, num_layers);
+    std::map<int, TunedEntry> entries;
+    for (int64_t bucket : buckets) {
+      const int tokens = static_cast<int>(bucket);
+      rotation.set_tokens(tokens, false);
+      const LayerPlan heuristic = rotation.runner().heuristic_plan(tokens);
+      std::printf("  T=%d\n", tokens);
+      Best best;
+      try_plan(rotation, heuristic, replays, best);
+      const double heuristic_us = best.us;
+      const auto tactics = valid_tactics(device.arch->name);
+      for (const Tactic& fc1 : tactics) {
+        if (!(fc1 == heuristic.fc1)) try_plan(rotation, {fc1, heuristic.fc2}, replays, best);
+      }
+      const Tactic best_fc1 = best.plan.fc1;
+      for (const Tactic& fc2 : tactics) {
+        for (int split = 1; split <= kMaxKSplit; split *= 2) {
+          Tactic t = fc2;
+          t.k_split = split;
+          const LayerPlan plan{best_fc1, t};
+          if (plan.fc1 == best.plan.fc1 && plan.fc2 == best.plan.fc2) continue;
+          try {
+            validate_plan(shape, plan, *device.arch);
+          } catch (const Error&) {
+            continue;  // e.g. more K splits than FC2 has K tiles
+          }
+          try_plan(rotation, plan, replays, best);
+        }
+      }
+      if (best.us >= 1e30) throw Error("tune: no accurate plan for " + model + " at T = " + std::to_string(tokens));
+      entries[tokens] = {best.plan, best.us, heuristic_us};
+      std::printf("  T=%d: tuned %s + %s %.1f us, heuristic %.1f us (%.2fx)\n", tokens, best.plan.fc1.name().c_str(),
+                  best.plan.fc2.name().c_str(), best.us, heuristic_us, heuristic_us / best.us);
+      std::fflush(stdout);
+    }
+    TunedPlans::store(cache_dir, gpus.front().name, *device.arch, shape, entries);
+    std::printf("%s: stored %zu plans in %s\n", model.c_str(), entries.size(),
+                TunedPlans::path(cache_dir, gpus.front().name, *device.arch).c_str());
+  }
+  return 0;
+}
+
+}  // namespace mxmoe::cli
