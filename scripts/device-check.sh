@@ -4,6 +4,7 @@
 #   tests       all GPU tests (the gpu-labelled ctest suite, run as one process so that the large
 #               synthetic layers are built once)
 #   sanitizer   compute-sanitizer memcheck over a fast subset of the GPU tests
+#   tune ARGS   mxmoe tune with ARGS (up to the next step name)
 #   bench ARGS  mxmoe bench with ARGS (up to the next step name)
 # ctest files hold the build machine's absolute paths, so /work/main is linked to this checkout.
 set -uo pipefail
@@ -33,12 +34,13 @@ while [ $# -gt 0 ]; do
       rc=$?; status=$((status | rc))
       summary+=("compute-sanitizer memcheck: rc=$rc, $(grep -E 'ERROR SUMMARY' "$out/sanitizer.log" | tail -1)")
       ;;
-    bench)
+    tune|bench)
       args=()
-      while [ $# -gt 0 ] && [ "$1" != tests ] && [ "$1" != sanitizer ] && [ "$1" != bench ]; do args+=("$1"); shift; done
-      build/mxmoe bench --json "$out/bench.json" "${args[@]}" > "$out/bench.log" 2>&1
+      while [ $# -gt 0 ] && ! [[ "$1" =~ ^(tests|sanitizer|tune|bench)$ ]]; do args+=("$1"); shift; done
+      [ "$step" = bench ] && args+=(--json "$out/bench.json")
+      build/mxmoe "$step" "${args[@]}" > "$out/$step.log" 2>&1
       rc=$?; status=$((status | rc))
-      summary+=("bench: rc=$rc (table below)")
+      summary+=("$step: rc=$rc")
       ;;
     *) echo "device-check: unknown step '$step'" >&2; exit 2 ;;
   esac
@@ -46,5 +48,6 @@ done
 cat "$out/gpu.txt"
 [ -f "$out/gpu-tests.log" ] && grep -E '^\[  FAILED  \]|Failure|exception' "$out/gpu-tests.log" | head -20
 printf '%s\n' "${summary[@]}"
-[ -f "$out/bench.log" ] && tail -40 "$out/bench.log"
+[ -f "$out/tune.log" ] && grep -E "^  T=[0-9]+: tuned|stored" "$out/tune.log"
+[ -f "$out/bench.log" ] && tail -32 "$out/bench.log"
 exit $status
