@@ -20,6 +20,12 @@ Json shape_json(const MoeShape& s) {
   return {{"experts", s.num_experts}, {"top_k", s.top_k}, {"hidden", s.hidden}, {"intermediate", s.intermediate}};
 }
 
+// Field by field: the file may have been rewritten with its keys in another order.
+bool is_shape(const Json& j, const MoeShape& s) {
+  return j.is_object() && j.value("experts", -1) == s.num_experts && j.value("top_k", -1) == s.top_k &&
+         j.value("hidden", -1) == s.hidden && j.value("intermediate", -1) == s.intermediate;
+}
+
 std::optional<Json> read_table(const std::string& path) {
   std::ifstream in(path);
   if (!in) return std::nullopt;
@@ -57,7 +63,7 @@ TunedPlans TunedPlans::load(const std::string& cache_dir, const std::string& dev
   }
   try {
     for (const auto& s : table->at("shapes")) {
-      if (s.at("shape") != shape_json(shape)) continue;
+      if (!is_shape(s.at("shape"), shape)) continue;
       for (const auto& e : s.at("plans")) {
         const int tokens = e.at("tokens").get<int>();
         try {
@@ -80,15 +86,15 @@ TunedPlans TunedPlans::load(const std::string& cache_dir, const std::string& dev
 void TunedPlans::store(const std::string& cache_dir, const std::string& device_name, const Arch& arch,
                        const MoeShape& shape, const std::map<int, TunedEntry>& entries) {
   const std::string file = path(cache_dir, device_name, arch);
-  Json table = read_table(file).value_or(Json{});
-  if (table.value("mxmoe_version", "") != MXMOE_VERSION) table = Json{};
+  Json table = read_table(file).value_or(Json::object());
+  if (table.value("mxmoe_version", "") != MXMOE_VERSION) table = Json::object();
   table["format"] = kFormat;
   table["mxmoe_version"] = MXMOE_VERSION;
   table["device"] = device_name;
   table["arch"] = arch.name;
   Json shapes = Json::array();
   for (const auto& s : table.value("shapes", Json::array())) {
-    if (s.value("shape", Json{}) != shape_json(shape)) shapes.push_back(s);
+    if (!is_shape(s.value("shape", Json{}), shape)) shapes.push_back(s);
   }
   Json plans = Json::array();
   for (const auto& [tokens, e] : entries) {

@@ -117,8 +117,8 @@ int tune_command(std::span<const std::string> args) {
       std::printf("  T=%d: tuned %s + %s %.1f us, heuristic %.1f us (%.2fx)\n", tokens, best.plan.fc1.name().c_str(),
                   best.plan.fc2.name().c_str(), best.us, heuristic_us, heuristic_us / best.us);
       std::fflush(stdout);
+      TunedPlans::store(cache_dir, gpus.front().name, *device.arch, shape, entries);  // after each bucket: kept if a later one fails
     }
-    TunedPlans::store(cache_dir, gpus.front().name, *device.arch, shape, entries);
     std::printf("%s: stored %zu plans in %s\n", model.c_str(), entries.size(),
                 TunedPlans::path(cache_dir, gpus.front().name, *device.arch).c_str());
   }

@@ -1,0 +1,81 @@
+// The tuned-plan table: store and load, bucket lookup, and the files it must ignore (with a
+// warning) rather than trust: another mxmoe version, a malformed file, a tactic not valid here.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "tactics/tuned_plans.hpp"
+#include "test_support.hpp"
+
+namespace mxmoe {
+namespace {
+
+const Arch& sm90() { return arch_by_name("sm_90a"); }
+const MoeShape k20b = model_shape("gpt-oss-20b");
+const MoeShape k120b = model_shape("gpt-oss-120b");
+
+std::map<int, TunedEntry> entries() {
+  return {{1, {{parse_tactic("gemv.r64.w4.u8.k1"), parse_tactic("gemv.r128.w8.u4.k4")}, 45.6, 50.1}},
+          {64, {{parse_tactic("mma.r128x16.w4x1.s4.k1"), parse_tactic("mma.r128x16.w4x1.s4.k2")}, 271.0, 273.6}}};
+}
+
+TEST(TunedPlans, StoreThenLoadKeepsEachShapeApart) {
+  const std::string dir = test::scratch_dir().string();
+  TunedPlans::store(dir, "NVIDIA H100 80GB HBM3", sm90(), k20b, entries());
+  auto other = entries();
+  other.erase(64);
+  TunedPlans::store(dir, "NVIDIA H100 80GB HBM3", sm90(), k120b, other);
+  const TunedPlans a = TunedPlans::load(dir, "NVIDIA H100 80GB HBM3", sm90(), k20b);
+  ASSERT_EQ(a.entries().size(), 2u);
+  EXPECT_EQ(a.entries().at(1).plan.fc2.name(), "gemv.r128.w8.u4.k4");
+  EXPECT_DOUBLE_EQ(a.entries().at(64).heuristic_us, 273.6);
+  EXPECT_EQ(TunedPlans::load(dir, "NVIDIA H100 80GB HBM3", sm90(), k120b).entries().size(), 1u);
+  EXPECT_TRUE(TunedPlans::load(dir, "NVIDIA H200", sm90(), k20b).entries().empty()) << "another device's file";
+}
+
+TEST(TunedPlans, BucketLookup) {
+  const std::string dir = test::scratch_dir().string();
+  TunedPlans::store(dir, "gpu", sm90(), k20b, entries());
+  const TunedPlans t = TunedPlans::load(dir, "gpu", sm90(), k20b);
+  EXPECT_EQ(t.find(1)->fc1.name(), "gemv.r64.w4.u8.k1");
+  EXPECT_EQ(t.find(2)->fc1.name(), "mma.r128x16.w4x1.s4.k1");   // smallest bucket >= 2 is 64
+  EXPECT_EQ(t.find(64)->fc1.name(), "mma.r128x16.w4x1.s4.k1");
+  EXPECT_EQ(t.find(5000)->fc1.name(), "mma.r128x16.w4x1.s4.k1");  // past the last: the largest
+  EXPECT_FALSE(TunedPlans().find(1));
+}
+
+void rewrite(const std::string& path, const std::function<void(nlohmann::json&)>& edit) {
+  std::ifstream in(path);
+  nlohmann::json table = nlohmann::json::parse(in);
+  edit(table);
+  test::write_file(path, table.dump());
+}
+
+std::string load_warnings(const std::string& dir, size_t expected_entries) {
+  testing::internal::CaptureStderr();
+  EXPECT_EQ(TunedPlans::load(dir, "gpu", sm90(), k20b).entries().size(), expected_entries);
+  return testing::internal::GetCapturedStderr();
+}
+
+TEST(TunedPlans, StaleMalformedOrInvalidIsIgnoredWithAWarning) {
+  const std::string dir = test::scratch_dir().string();
+  const std::string path = TunedPlans::path(dir, "gpu", sm90());
+  TunedPlans::store(dir, "gpu", sm90(), k20b, entries());
+
+  rewrite(path, [](nlohmann::json& t) { t["shapes"][0]["plans"][1]["fc1"] = "mma.r256x128.w4x2.s3.k1"; });
+  EXPECT_NE(load_warnings(dir, 1).find("ignoring the plan for T = 64"), std::string::npos);
+
+  rewrite(path, [](nlohmann::json& t) { t["mxmoe_version"] = "0.0.1"; });
+  EXPECT_NE(load_warnings(dir, 0).find("was made by mxmoe 0.0.1"), std::string::npos);
+
+  test::write_file(path, "{\"format\": \"mxmoe-tuned 1\", \"shapes\": [");
+  EXPECT_NE(load_warnings(dir, 0).find("is malformed"), std::string::npos);
+
+  // A malformed table is replaced whole by the next store.
+  TunedPlans::store(dir, "gpu", sm90(), k20b, entries());
+  EXPECT_EQ(TunedPlans::load(dir, "gpu", sm90(), k20b).entries().size(), 2u);
+}
+
+}  // namespace
+}  // namespace mxmoe
