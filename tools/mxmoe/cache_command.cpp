@@ -1,5 +1,6 @@
 // mxmoe cache: list, clear, prewarm and time the kernel cache. Needs no GPU: kernels are compiled
 // for a named arch.
+#include <cuda_runtime.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -14,6 +15,9 @@
 #include "commands.hpp"
 #include "jit/aot.hpp"
 #include "jit/kernel_cache.hpp"
+#include "mxmoe/device.hpp"
+#include "runner/cuda_check.hpp"
+#include "runner/expert_modules.hpp"
 #include "mxmoe/error.hpp"
 
 namespace mxmoe::cli {
@@ -153,12 +157,33 @@ int bench(const std::vector<const Arch*>& archs) {
       if (r.origin == KernelCache::Origin::kCompiled) throw Error("cache bench: " + r.binary.tactic + " was not cached");
     }
   }
+  // With a GPU of a benched arch: the driver's module load too (cudaLibraryLoadData + both kernels).
+  std::vector<double> module_loads;
+  if (!list_gpus().empty()) {
+    const Arch* device_arch = current_device_arch().arch;
+    KernelCache cache(scratch);
+    for (const auto& job : jobs) {
+      if (job.arch != device_arch) continue;
+      const KernelBinary b = cache.get(job.tactic, *job.arch).binary;
+      const auto start = std::chrono::steady_clock::now();
+      cudaLibrary_t library;
+      cudaKernel_t kernel;
+      cuda_check(cudaLibraryLoadData(&library, b.cubin->data(), nullptr, nullptr, 0, nullptr, nullptr, 0), "module load");
+      for (const auto& name : b.kernel_names) cuda_check(cudaLibraryGetKernel(&kernel, library, name.c_str()), name);
+      module_loads.push_back(seconds_since(start));
+      cudaLibraryUnload(library);
+    }
+  }
   std::filesystem::remove_all(scratch);
   std::printf("cache bench: %zu tactics over %zu arch(es) on %u cores\n", jobs.size(), archs.size(),
               std::thread::hardware_concurrency());
   std::printf("  cold compile per tactic: median %.2f s, max %.2f s\n", median(cold), *std::max_element(cold.begin(), cold.end()));
   std::printf("  warm load per entry:     median %.2f ms, max %.2f ms (read + verify; the ahead-of-time set skips even this)\n",
               1000 * median(warm), 1000 * *std::max_element(warm.begin(), warm.end()));
+  if (!module_loads.empty()) {
+    std::printf("  module load on the GPU:  median %.2f ms, max %.2f ms (%zu modules)\n", 1000 * median(module_loads),
+                1000 * *std::max_element(module_loads.begin(), module_loads.end()), module_loads.size());
+  }
   std::printf("  prewarm of the whole table: %.1f s\n", prewarm_seconds);
   return 0;
 }
