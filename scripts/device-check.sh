@@ -4,6 +4,8 @@
 #   tests       all GPU tests (the gpu-labelled ctest suite, run as one process so that the large
 #               synthetic layers are built once)
 #   sanitizer   compute-sanitizer memcheck over a fast subset of the GPU tests
+#   profile     per-kernel time and DRAM bytes of one decode forward (Nsight Compute, caches flushed,
+#               clocks as they are) at T = 1, 8, 64 on both models
 #   tune ARGS   mxmoe tune with ARGS (up to the next step name)
 #   bench ARGS  mxmoe bench with ARGS (up to the next step name)
 # ctest files hold the build machine's absolute paths, so /work/main is linked to this checkout.
@@ -34,9 +36,22 @@ while [ $# -gt 0 ]; do
       rc=$?; status=$((status | rc))
       summary+=("compute-sanitizer memcheck: rc=$rc, $(grep -E 'ERROR SUMMARY' "$out/sanitizer.log" | tail -1)")
       ;;
+    profile)
+      : > "$out/profile.txt"
+      for model in gpt-oss-20b gpt-oss-120b; do
+        for tokens in 1 8 64; do
+          ncu --clock-control none --metrics gpu__time_duration.sum,dram__bytes_read.sum --csv --launch-skip 6 \
+            --launch-count 6 build/mxmoe run --device gpu --model "$model" --tokens "$tokens" > "$out/ncu.csv" 2>&1
+          rc=$?; status=$((status | rc))
+          echo "== $model T=$tokens (ncu rc=$rc)" >> "$out/profile.txt"
+          python3 scripts/ncu_summary.py "$out/ncu.csv" >> "$out/profile.txt"
+        done
+      done
+      summary+=("profile: see below")
+      ;;
     tune|bench)
       args=()
-      while [ $# -gt 0 ] && ! [[ "$1" =~ ^(tests|sanitizer|tune|bench)$ ]]; do args+=("$1"); shift; done
+      while [ $# -gt 0 ] && ! [[ "$1" =~ ^(tests|sanitizer|profile|tune|bench)$ ]]; do args+=("$1"); shift; done
       [ "$step" = bench ] && args+=(--json "$out/bench.json")
       build/mxmoe "$step" "${args[@]}" > "$out/$step.log" 2>&1
       rc=$?; status=$((status | rc))
@@ -48,6 +63,7 @@ done
 cat "$out/gpu.txt"
 [ -f "$out/gpu-tests.log" ] && grep -E '^\[  FAILED  \]|Failure|exception' "$out/gpu-tests.log" | head -20
 printf '%s\n' "${summary[@]}"
+[ -f "$out/profile.txt" ] && cat "$out/profile.txt"
 [ -f "$out/tune.log" ] && grep -E "^  T=[0-9]+: tuned|stored" "$out/tune.log"
 [ -f "$out/bench.log" ] && tail -32 "$out/bench.log"
 exit $status
