@@ -16,7 +16,7 @@ for r in csv.DictReader(lines):
         order.append(key)
     value = float(r["Metric Value"].replace(",", ""))
     unit = r["Metric Unit"]
-    scale = {"ns": 1e-3, "usecond": 1.0, "us": 1.0, "msecond": 1e3, "ms": 1e3, "byte": 1e-6, "Kbyte": 1e-3,
+    scale = {"ns": 1e-3, "nsecond": 1e-3, "usecond": 1.0, "us": 1.0, "msecond": 1e3, "ms": 1e3, "byte": 1e-6, "Kbyte": 1e-3,
              "Mbyte": 1.0, "Gbyte": 1e3}.get(unit, 1.0)
     rows[key][r["Metric Name"]] = value * scale
 total_us = total_mb = 0.0
