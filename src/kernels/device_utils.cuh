@@ -57,6 +57,14 @@ __device__ __forceinline__ unsigned load_stream_4(const void* p) {
   return v;
 }
 
+// Programmatic dependent launch (sm_90+). A kernel launched with programmatic stream
+// serialization may start while its predecessor runs; `wait` blocks until the predecessor grids
+// have completed and their writes are visible (a no-op without such a launch). `allow` lets this
+// grid's dependents start launching; every mxmoe kernel calls it right after its own wait, so a
+// started kernel implies that everything two launches back has completed.
+__device__ __forceinline__ void wait_for_prerequisite_grids() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
+__device__ __forceinline__ void allow_dependent_grids() { asm volatile("griddepcontrol.launch_dependents;\n" ::); }
+
 __device__ __forceinline__ unsigned bf16x2_mul(unsigned a, unsigned b) {
   unsigned d;
   asm("mul.rn.bf16x2 %0, %1, %2;\n" : "=r"(d) : "r"(a), "r"(b));

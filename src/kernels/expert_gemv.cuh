@@ -1,13 +1,20 @@
-// The GEMV-style expert family, for 1-8 rows per expert (decode): each warp streams one 16-row
+// The GEMV-style expert family, for 1-16 rows per expert (decode): each warp streams one 16-row
 // record column of one touched expert straight from global memory into registers, 16 bytes per lane
-// per record, kUnroll records in flight, and multiplies it with the expert's <= 8 tokens, which the
-// CTA stages once in shared memory. No weight byte is read twice and none goes through shared memory.
+// per record, and multiplies it with the expert's <= kTokens tokens, which the CTA stages once in
+// shared memory. No weight byte goes through shared memory or is read twice (for counts up to
+// kTokens).
+//
+// The weight stream is a two-batch register pipeline: while batch i (kUnroll records) is
+// dequantised and multiplied, batch i + 1's loads are in flight, so a warp always has 16 kUnroll to
+// 32 kUnroll bytes per lane outstanding. The first batch is issued before the activations are
+// staged, and FC2 issues it before waiting on FC1 (programmatic dependent launch): it needs only the
+// routing, which is complete by the time FC2 starts.
 //
 // Grid: x = row tiles / kWarps, y = active-expert slot (upper bound min(E, pairs)), z = k-split.
 // Budget (per layer): every touched expert's records once (0.53 bytes per weight) plus the tokens'
-// activations (2 K bytes per token per CTA, from L2); the MMAs do 8 tokens' work whatever the count,
-// which is free while memory-bound. An expert with more than 8 rows is walked in groups of 8, which
-// re-streams its weights: correct, and the tactic choice keeps such counts away from this family.
+// activations (2 K bytes per token per CTA, from L2); the MMAs do kTokens' work whatever the count,
+// which is free while memory-bound. An expert with more than kTokens rows is walked in groups,
+// re-streaming its weights: correct, and the tactic choice keeps such counts away from this family.
 #pragma once
 
 #include "kernels/expert_gemm.cuh"
@@ -15,10 +22,52 @@
 
 namespace mxmoe::kernels {
 
-template <int kWarps, bool kFc1, int kUnroll>
+// One lane's share of kUnroll consecutive records of its column.
+template <int kUnroll>
+struct RecordBatch {
+  uint4 values[kUnroll];
+  unsigned scales[kUnroll];
+
+  // Records [first, first + kUnroll) that are below `end`; nothing when `active` is false.
+  __device__ __forceinline__ void load(const unsigned char* column, int first, int end, bool active, int lane) {
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      if (active && first + u < end) {
+        const unsigned char* record = column + static_cast<long long>(first + u) * kRecordBytes;
+        values[u] = load_stream_16(record + 16 * lane);
+        scales[u] = load_stream_4(record + kRecordValueBytes + 4 * (lane / 4));
+      }
+    }
+  }
+};
+
+template <int kTokens, int kUnroll>
+__device__ __forceinline__ void multiply_batch(float (&acc)[kTokens / 8][4], const RecordBatch<kUnroll>& batch, int first,
+                                               int end, const unsigned short* b_row, int row_stride) {
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u) {
+    if (first + u < end) {
+      unsigned a[4][4];
+      dequantize_record(batch.values[u], batch.scales[u], a);
+#pragma unroll
+      for (int t = 0; t < kTokens / 8; ++t) {
+        unsigned b[8];
+        load_token_fragments(b, b_row + 8 * t * row_stride + (first + u) * kRecordK);
+        mma_record(acc[t], a, b);
+      }
+    }
+  }
+}
+
+template <int kWarps, int kTokens, bool kFc1, int kUnroll>
 __global__ void __launch_bounds__(kWarps * 32) expert_gemv_kernel(ExpertGemmArgs args, int k_split) {
+  static_assert(kTokens == 8 || kTokens == 16, "8 or 16 tokens per pass");
   auto* staged = reinterpret_cast<unsigned short*>(dynamic_smem());
   const auto* input = static_cast<const unsigned short*>(args.input);
+  if constexpr (kFc1) {
+    wait_for_prerequisite_grids();  // the routing
+    allow_dependent_grids();
+  }
   const int slot = blockIdx.y;
   if (slot >= args.active_experts[args.num_experts]) return;
   const int expert = args.active_experts[slot];
@@ -27,19 +76,30 @@ __global__ void __launch_bounds__(kWarps * 32) expert_gemv_kernel(ExpertGemmArgs
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int row_tiles = args.rows / kRecordRows;
   const int row_tile = blockIdx.x * kWarps + warp;
+  const bool streams = row_tile < row_tiles;
   const int split = blockIdx.z;
   const int kt_begin = split * args.k_tiles / k_split, kt_end = (split + 1) * args.k_tiles / k_split;
-  const int k_begin = kt_begin * kRecordK, k_len = (kt_end - kt_begin) * kRecordK;
+  const int records_in_split = kt_end - kt_begin;
+  const int k_begin = kt_begin * kRecordK, k_len = records_in_split * kRecordK;
   const int row_stride = k_len + 8;  // bf16; the extra 16 bytes put ldmatrix's 8 rows in distinct banks
-  const unsigned char* records =
+  const unsigned char* column =
       args.records + ((static_cast<long long>(expert) * row_tiles + row_tile) * args.k_tiles + kt_begin) * kRecordBytes;
   const unsigned short* b_row = staged + (lane % 8) * row_stride + 8 * (lane / 8);
 
-  for (int group = 0; group < count; group += kGemvTokens) {
-    const int tokens = min(kGemvTokens, count - group);
-    __syncthreads();  // the previous group's MMAs are done with `staged`
+  RecordBatch<kUnroll> batch_a, batch_b;
+  batch_a.load(column, 0, records_in_split, streams, lane);
+  if constexpr (!kFc1) {
+    wait_for_prerequisite_grids();  // FC1's activations
+    allow_dependent_grids();
+  }
+  for (int group = 0; group < count; group += kTokens) {
+    const int tokens = min(kTokens, count - group);
+    if (group > 0) {
+      __syncthreads();  // the previous group's MMAs are done with `staged`
+      batch_a.load(column, 0, records_in_split, streams, lane);
+    }
     const int chunks_per_row = k_len / 8;
-    for (int c = threadIdx.x; c < kGemvTokens * chunks_per_row; c += blockDim.x) {
+    for (int c = threadIdx.x; c < kTokens * chunks_per_row; c += blockDim.x) {
       const int r = c / chunks_per_row, k = k_begin + 8 * (c % chunks_per_row);
       uint4 v = make_uint4(0, 0, 0, 0);
       if (r < tokens && k < args.k) {
@@ -48,31 +108,19 @@ __global__ void __launch_bounds__(kWarps * 32) expert_gemv_kernel(ExpertGemmArgs
       *reinterpret_cast<uint4*>(staged + r * row_stride + (k - k_begin)) = v;
     }
     __syncthreads();
-    if (row_tile >= row_tiles) continue;
+    if (!streams) continue;
 
-    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    for (int kt = kt_begin; kt < kt_end; kt += kUnroll) {
-      uint4 values[kUnroll];
-      unsigned scales[kUnroll];
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        if (kt + u < kt_end) {
-          const unsigned char* record = records + (kt + u - kt_begin) * kRecordBytes;
-          values[u] = load_stream_16(record + 16 * lane);
-          scales[u] = load_stream_4(record + kRecordValueBytes + 4 * (lane / 4));
-        }
-      }
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        if (kt + u < kt_end) {
-          unsigned a[4][4], b[8];
-          dequantize_record(values[u], scales[u], a);
-          load_token_fragments(b, b_row + (kt + u - kt_begin) * kRecordK);
-          mma_record(acc, a, b);
-        }
-      }
+    float acc[kTokens / 8][4] = {};
+    for (int i = 0; i < records_in_split; i += 2 * kUnroll) {
+      batch_b.load(column, i + kUnroll, records_in_split, true, lane);
+      multiply_batch<kTokens>(acc, batch_a, i, records_in_split, b_row, row_stride);
+      batch_a.load(column, i + 2 * kUnroll, records_in_split, true, lane);
+      multiply_batch<kTokens>(acc, batch_b, i + kUnroll, records_in_split, b_row, row_stride);
     }
-    store_accumulators<kFc1>(args, acc, expert, row_tile, first_row + group, tokens, split);
+#pragma unroll
+    for (int t = 0; t < kTokens / 8; ++t) {
+      store_accumulators<kFc1>(args, acc[t], expert, row_tile, first_row + group + 8 * t, tokens - 8 * t, split);
+    }
   }
 }
 

@@ -41,6 +41,10 @@ __global__ void __launch_bounds__(kWarpsRows * kWarpsTokens * 32)
   unsigned char* smem = dynamic_smem();
   long long* source_rows = reinterpret_cast<long long*>(smem + kStages * Smem::kStageBytes);
 
+  if constexpr (kFc1) {
+    wait_for_prerequisite_grids();  // the routing
+    allow_dependent_grids();
+  }
   // Which expert and which of its token tiles this CTA owns.
   const int tile = blockIdx.x;
   if (tile >= args.tile_offsets[args.num_experts]) return;
@@ -60,6 +64,10 @@ __global__ void __launch_bounds__(kWarpsRows * kWarpsTokens * 32)
 
   for (int r = threadIdx.x; r < kTileTokens; r += kThreads) {
     source_rows[r] = r < tokens ? input_row<kFc1>(args, first_row + r) * args.k : -1;
+  }
+  if constexpr (!kFc1) {
+    wait_for_prerequisite_grids();  // FC1's activations (the routing was complete when FC2 started)
+    allow_dependent_grids();
   }
   __syncthreads();
 

@@ -4,13 +4,12 @@
 
 namespace mxmoe::kernels {
 
-constexpr int kGemvTokens = 8;
 constexpr int kSmemRecordBytes = 544;                 // one 16 x 64 record (mxfp4_fragment.cuh)
 constexpr int kSmemActivationRowBytes = (64 + 8) * 2;  // one token's 64 K of bf16, +16 bytes against bank conflicts
 
-// GEMV: 8 token rows of the split's K range (+16 bytes each).
-constexpr int gemv_smem_bytes(int k_tiles, int k_split) {
-  return kGemvTokens * ((k_tiles + k_split - 1) / k_split * 64 + 8) * 2;
+// GEMV: `tokens` staged rows (8 or 16) of the split's K range (+16 bytes each).
+constexpr int gemv_smem_bytes(int tokens, int k_tiles, int k_split) {
+  return tokens * ((k_tiles + k_split - 1) / k_split * 64 + 8) * 2;
 }
 
 // Tiled: `stages` copies of (records of tile_rows rows + tile_tokens activation rows), plus each

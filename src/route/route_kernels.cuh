@@ -19,6 +19,8 @@ constexpr int kLogitTokens = 8;  // tokens per CTA
 __global__ void __launch_bounds__(kLogitWarps * 32)
     router_logits_kernel(const __nv_bfloat16* x, const __nv_bfloat16* weight, const float* bias, float* logits,
                          int num_tokens, int num_experts, int hidden) {
+  wait_for_prerequisite_grids();  // x
+  allow_dependent_grids();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int expert = blockIdx.y * kLogitWarps + warp;
   const int token0 = blockIdx.x * kLogitTokens;
@@ -47,6 +49,50 @@ __global__ void __launch_bounds__(kLogitWarps * 32)
   }
 }
 
+// The same logits for small batches (at most kSmallBatchTokens): one CTA per (expert, 8 tokens), its
+// 8 warps splitting H, so that E CTAs share the work a 1-token step has; partial sums meet in
+// shared memory. Budget: E x (H 2 bytes of W + 8 H 2 bytes of x from L2) per 8 tokens.
+constexpr int kSmallBatchTokens = 64;
+
+__global__ void __launch_bounds__(kLogitWarps * 32)
+    router_logits_small_batch_kernel(const __nv_bfloat16* x, const __nv_bfloat16* weight, const float* bias,
+                                     float* logits, int num_tokens, int num_experts, int hidden) {
+  __shared__ float partial[kLogitWarps][kLogitTokens];
+  wait_for_prerequisite_grids();  // x
+  allow_dependent_grids();
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int expert = blockIdx.x, token0 = blockIdx.y * kLogitTokens;
+  const int tokens = min(kLogitTokens, num_tokens - token0);
+  const int chunks = hidden / 8;
+  float acc[kLogitTokens] = {};
+  for (int chunk = warp * 32 + lane; chunk < chunks; chunk += kLogitWarps * 32) {
+    const uint4 w = *reinterpret_cast<const uint4*>(weight + static_cast<long long>(expert) * hidden + 8 * chunk);
+    const unsigned w_words[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+    for (int t = 0; t < kLogitTokens; ++t) {
+      if (t >= tokens) break;
+      const uint4 v = *reinterpret_cast<const uint4*>(x + static_cast<long long>(token0 + t) * hidden + 8 * chunk);
+      const unsigned x_words[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        acc[t] += bf16_bits_to_float(x_words[i] & 0xFFFF) * bf16_bits_to_float(w_words[i] & 0xFFFF);
+        acc[t] += bf16_bits_to_float(x_words[i] >> 16) * bf16_bits_to_float(w_words[i] >> 16);
+      }
+    }
+  }
+#pragma unroll
+  for (int t = 0; t < kLogitTokens; ++t) {
+    for (int offset = 16; offset > 0; offset /= 2) acc[t] += __shfl_xor_sync(0xffffffffu, acc[t], offset);
+    if (lane == 0) partial[warp][t] = acc[t];
+  }
+  __syncthreads();
+  if (threadIdx.x < tokens) {
+    float sum = 0.0f;
+    for (int w = 0; w < kLogitWarps; ++w) sum += partial[w][threadIdx.x];
+    logits[static_cast<long long>(token0 + threadIdx.x) * num_experts + expert] = sum + bias[expert];
+  }
+}
+
 // Ranking of (logit, expert): larger logit first, ties to the lower expert, NaN below everything.
 struct Ranked {
   float key;
@@ -56,16 +102,12 @@ __device__ __forceinline__ bool ranks_before(Ranked a, Ranked b) {
   return a.key > b.key || (a.key == b.key && a.expert < b.expert);
 }
 
-constexpr int kSelectWarps = 8;  // tokens per CTA, one per warp
-
-// Top-k over each token's logits and the softmax over the k selected. Round s takes the best entry
-// ranked after round s-1's pick, so nothing needs marking. Lane s keeps slot s.
-// Budget: reads T E 4 bytes once; k rounds of E/32 compares and 5 shuffles per token.
-__global__ void __launch_bounds__(kSelectWarps * 32)
-    select_experts_kernel(const float* logits, int num_tokens, int num_experts, int top_k, RouteBuffers route) {
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int token = blockIdx.x * kSelectWarps + warp;
-  if (token >= num_tokens) return;
+// Top-k over one token's logits and the softmax over the k selected, by one warp. Round s takes
+// the best entry ranked after round s-1's pick, so nothing needs marking. Lane s keeps slot s.
+// Budget: reads E 4 bytes; k rounds of E/32 compares and 5 shuffles.
+__device__ __forceinline__ void select_token_experts(const float* logits, int token, int num_experts, int top_k,
+                                                     const RouteBuffers& route) {
+  const int lane = threadIdx.x % 32;
   const float* row = logits + static_cast<long long>(token) * num_experts;
   Ranked previous{INFINITY, -1};
   float my_logit = 0.0f;
@@ -99,7 +141,18 @@ __global__ void __launch_bounds__(kSelectWarps * 32)
   }
 }
 
+constexpr int kSelectWarps = 8;  // tokens per CTA, one per warp
+
+__global__ void __launch_bounds__(kSelectWarps * 32)
+    select_experts_kernel(const float* logits, int num_tokens, int num_experts, int top_k, RouteBuffers route) {
+  wait_for_prerequisite_grids();  // the logits
+  allow_dependent_grids();
+  const int token = blockIdx.x * kSelectWarps + threadIdx.x / 32;
+  if (token < num_tokens) select_token_experts(logits, token, num_experts, top_k, route);
+}
+
 constexpr int kPermuteThreads = 1024;
+constexpr int kFusedRouteTokens = 256;
 constexpr int kPermuteSmemBytes = 48 * 1024;
 
 // Segments (warps) of the pair list whose per-expert histograms fit the shared-memory budget.
@@ -108,15 +161,25 @@ __host__ __device__ inline int permute_segments(int num_experts) {
   return fit < 1 ? 1 : (fit > kPermuteThreads / 32 ? kPermuteThreads / 32 : fit);
 }
 
-// The expert-sorted permutation, in one CTA. Warp w owns a contiguous segment of pairs and counts
+// The expert-sorted permutation, in one CTA; with `logits` it first selects every token's experts
+// itself (one launch fewer for small batches: at most kFusedRouteTokens, 8 tokens per warp). Warp w owns a contiguous segment of pairs and counts
 // them per expert in hist[w][*], ranking pairs of the same expert within each 32-pair chunk by lane
 // (match.any); a scan over segments then over experts gives every pair its sorted row:
 //   row(p) = offset[e] + (pairs of e in earlier segments) + (pairs of e earlier in p's segment).
 // Budget: a few reads and writes per pair plus O(S E) shared-memory work; one CTA, so this is a
 // latency term (microseconds), not a bandwidth one.
 __global__ void __launch_bounds__(kPermuteThreads)
-    permute_kernel(int num_pairs, int num_experts, RouteBuffers route) {
+    permute_kernel(const float* logits, int num_tokens, int num_experts, int top_k, RouteBuffers route) {
   int* smem = reinterpret_cast<int*>(dynamic_smem());
+  wait_for_prerequisite_grids();  // the logits, or the top-k of select_experts_kernel
+  allow_dependent_grids();
+  const int num_pairs = num_tokens * top_k;
+  if (logits) {
+    for (int token = threadIdx.x / 32; token < num_tokens; token += kPermuteThreads / 32) {
+      select_token_experts(logits, token, num_experts, top_k, route);
+    }
+    __syncthreads();  // the selected experts, written to global memory, are read below by other warps
+  }
   const int segments = permute_segments(num_experts);
   int* hist = smem;                                 // [segments][E]
   int* offsets = smem + segments * num_experts;     // [E + 1]

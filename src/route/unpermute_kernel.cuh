@@ -17,6 +17,8 @@ constexpr int kUnpermuteThreads = 128;  // each thread: 8 consecutive outputs of
 __global__ void __launch_bounds__(kUnpermuteThreads)
     unpermute_kernel(const float* y, long long split_stride, int k_split, int hidden, int top_k, RouteBuffers route,
                      __nv_bfloat16* out) {
+  wait_for_prerequisite_grids();  // FC2's partial outputs
+  allow_dependent_grids();
   const int token = blockIdx.x;
   const int column = 8 * (blockIdx.y * kUnpermuteThreads + threadIdx.x);
   if (column >= hidden) return;

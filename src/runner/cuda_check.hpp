@@ -16,6 +16,24 @@ inline void cuda_check(cudaError_t status, const std::string& what) {
   throw Error(what + ": " + cudaGetErrorString(status));
 }
 
+// Launches `kernel` with programmatic stream serialization: it may start while the previous kernel
+// on the stream drains, and waits in griddepcontrol.wait (every mxmoe kernel does) before reading
+// what that kernel wrote. Inside a CUDA graph the dependency becomes a programmatic edge.
+inline void launch_programmatic(const void* kernel, dim3 grid, dim3 block, void** args, size_t smem,
+                                cudaStream_t stream, const std::string& what) {
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  cuda_check(cudaLaunchKernelExC(&config, kernel, args), what);
+}
+
 // One device allocation, freed on destruction.
 class DeviceBuffer {
  public:

@@ -21,15 +21,15 @@ void launch_expert_gemm(Stage stage, const Tactic& tactic, const kernels::Expert
   int smem = 0;
   if (tactic.family == KernelFamily::kGemv) {
     grid = dim3((row_tiles + tactic.warps() - 1) / tactic.warps(), max_active, static_cast<unsigned>(k_split));
-    smem = kernels::gemv_smem_bytes(args.k_tiles, k_split);
+    smem = kernels::gemv_smem_bytes(tactic.tile_tokens, args.k_tiles, k_split);
   } else {
     grid = dim3(static_cast<unsigned>(num_pairs / tactic.tile_tokens) + max_active,
                 static_cast<unsigned>((args.rows + tactic.tile_rows - 1) / tactic.tile_rows), static_cast<unsigned>(k_split));
     smem = kernels::mma_tile_smem_bytes(tactic.tile_rows, tactic.tile_tokens, tactic.stages);
   }
-  cuda_check(cudaLaunchKernel(stage == Stage::kFc1 ? k.fc1 : k.fc2, grid, dim3(32 * tactic.warps()), params,
-                              static_cast<size_t>(smem), stream),
-             std::string(stage == Stage::kFc1 ? "FC1 " : "FC2 ") + tactic.name() + " launch");
+  launch_programmatic(stage == Stage::kFc1 ? k.fc1 : k.fc2, grid, dim3(32 * tactic.warps()), params,
+                      static_cast<size_t>(smem), stream,
+                      std::string(stage == Stage::kFc1 ? "FC1 " : "FC2 ") + tactic.name() + " launch");
 }
 
 }  // namespace mxmoe

@@ -15,9 +15,10 @@ namespace mxmoe {
 
 void launch_router_logits(const __nv_bfloat16* x, const __nv_bfloat16* weight, const float* bias, float* logits,
                           int num_tokens, int num_experts, int hidden, cudaStream_t stream);
-void launch_select_experts(const float* logits, int num_tokens, int num_experts, int top_k,
-                           const kernels::RouteBuffers& route, cudaStream_t stream);
-void launch_permute(int num_pairs, int num_experts, const kernels::RouteBuffers& route, cudaStream_t stream);
+// Top-k + softmax and the expert-sorted permutation: one single-CTA launch for small batches, a
+// parallel top-k then the permutation for large ones.
+void launch_routing(const float* logits, int num_tokens, int num_experts, int top_k, const kernels::RouteBuffers& route,
+                    cudaStream_t stream);
 // `args.tile_offsets` must be the prefix array of the tactic's tile_tokens. Loads the tactic's
 // kernels on first use (see MoeRunner::prepare to do that ahead of a graph capture).
 void launch_expert_gemm(Stage stage, const Tactic& tactic, const kernels::ExpertGemmArgs& args, int num_pairs,

@@ -151,8 +151,7 @@ void MoeRunner::Impl::run(const __nv_bfloat16* x, const float* logits, __nv_bflo
   const int pairs = num_tokens * shape.top_k;
   const long long split_stride = static_cast<long long>(pairs) * shape.hidden;
 
-  launch_select_experts(logits, num_tokens, shape.num_experts, shape.top_k, route, stream);
-  launch_permute(pairs, shape.num_experts, route, stream);
+  launch_routing(logits, num_tokens, shape.num_experts, shape.top_k, route, stream);
 
   auto tile_offsets = [&](const Tactic& t) {
     int index = 0;

@@ -11,7 +11,7 @@ namespace mxmoe {
 namespace {
 
 void launch(const void* kernel, dim3 grid, dim3 block, void** args, int smem, cudaStream_t stream, const char* what) {
-  cuda_check(cudaLaunchKernel(kernel, grid, block, args, static_cast<size_t>(smem), stream), what);
+  launch_programmatic(kernel, grid, block, args, static_cast<size_t>(smem), stream, what);
 }
 
 unsigned blocks(long long n, long long per_block) { return static_cast<unsigned>((n + per_block - 1) / per_block); }
@@ -21,22 +21,28 @@ unsigned blocks(long long n, long long per_block) { return static_cast<unsigned>
 void launch_router_logits(const __nv_bfloat16* x, const __nv_bfloat16* weight, const float* bias, float* logits,
                           int num_tokens, int num_experts, int hidden, cudaStream_t stream) {
   void* args[] = {&x, &weight, &bias, &logits, &num_tokens, &num_experts, &hidden};
+  if (num_tokens <= kernels::kSmallBatchTokens) {
+    launch(reinterpret_cast<const void*>(kernels::router_logits_small_batch_kernel),
+           dim3(static_cast<unsigned>(num_experts), blocks(num_tokens, kernels::kLogitTokens)),
+           dim3(kernels::kLogitWarps * 32), args, 0, stream, "router logits launch");
+    return;
+  }
   launch(reinterpret_cast<const void*>(kernels::router_logits_kernel),
          dim3(blocks(num_tokens, kernels::kLogitTokens), blocks(num_experts, kernels::kLogitWarps)),
          dim3(kernels::kLogitWarps * 32), args, 0, stream, "router logits launch");
 }
 
-void launch_select_experts(const float* logits, int num_tokens, int num_experts, int top_k,
-                           const kernels::RouteBuffers& route, cudaStream_t stream) {
+void launch_routing(const float* logits, int num_tokens, int num_experts, int top_k, const kernels::RouteBuffers& route,
+                    cudaStream_t stream) {
   kernels::RouteBuffers r = route;
-  void* args[] = {&logits, &num_tokens, &num_experts, &top_k, &r};
-  launch(reinterpret_cast<const void*>(kernels::select_experts_kernel), dim3(blocks(num_tokens, kernels::kSelectWarps)),
-         dim3(kernels::kSelectWarps * 32), args, 0, stream, "top-k launch");
-}
-
-void launch_permute(int num_pairs, int num_experts, const kernels::RouteBuffers& route, cudaStream_t stream) {
-  kernels::RouteBuffers r = route;
-  void* args[] = {&num_pairs, &num_experts, &r};
+  const float* fused_logits = logits;
+  if (num_tokens > kernels::kFusedRouteTokens) {
+    void* args[] = {&logits, &num_tokens, &num_experts, &top_k, &r};
+    launch(reinterpret_cast<const void*>(kernels::select_experts_kernel), dim3(blocks(num_tokens, kernels::kSelectWarps)),
+           dim3(kernels::kSelectWarps * 32), args, 0, stream, "top-k launch");
+    fused_logits = nullptr;  // the permutation reads the top-k the launch above wrote
+  }
+  void* args[] = {&fused_logits, &num_tokens, &num_experts, &top_k, &r};
   const int smem = 4 * (kernels::permute_segments(num_experts) * num_experts + num_experts + 1);
   launch(reinterpret_cast<const void*>(kernels::permute_kernel), dim3(1), dim3(kernels::kPermuteThreads), args, smem,
          stream, "permutation launch");

@@ -21,11 +21,14 @@ constexpr KernelFamily kMma = KernelFamily::kMmaTile;
 constexpr int kMaxAccumulators = 64;
 constexpr int kMaxFragmentRegisters = 64;
 
-const std::array<Candidate, 15> kCandidates{{
-    {{kGemv, 64, 8, 4, 1, 4, 1}, "decode default: 64 rows per CTA, 4 records (2 KB per warp) in flight"},
-    {{kGemv, 64, 8, 4, 1, 8, 1}, "decode, deeper: 8 records in flight per lane, for more bytes in flight per SM"},
+const std::array<Candidate, 18> kCandidates{{
+    {{kGemv, 64, 8, 4, 1, 4, 1}, "decode default: 64 rows per CTA, 4-8 records (2-4 KB per warp) in flight"},
+    {{kGemv, 64, 8, 4, 1, 8, 1}, "decode, deeper: 8-16 records in flight per lane, for more bytes in flight per SM"},
     {{kGemv, 32, 8, 2, 1, 8, 1}, "decode, small CTAs: twice the CTAs, for the few experts a 1-token step touches"},
     {{kGemv, 128, 8, 8, 1, 4, 1}, "decode, large CTAs: the staged activations shared by 8 warps"},
+    {{kGemv, 128, 8, 8, 1, 2, 1}, "decode, large CTAs with a shallow pipeline: fewer registers, more CTAs per SM"},
+    {{kGemv, 64, 16, 4, 1, 4, 1}, "9-16 rows per expert in one pass: each weight feeds two 8-token MMA tiles"},
+    {{kGemv, 128, 16, 8, 1, 4, 1}, "9-16 rows per expert, large CTAs"},
     {{kMma, 64, 16, 4, 1, 4, 1}, "small tile, half height: twice the CTAs of r128 for 9-16 rows per expert"},
     {{kMma, 128, 16, 4, 1, 4, 1}, "small tile: 9-16 rows per expert"},
     {{kMma, 128, 32, 4, 1, 4, 1}, "small tile: 17-32 rows per expert"},
@@ -43,8 +46,8 @@ const std::array<Candidate, 15> kCandidates{{
 std::string why_invalid(const Tactic& t, const Arch& arch) {
   if (t.warps_rows < 1 || t.warps_tokens < 1 || t.warps() > 16) return "1 to 16 warps per CTA";
   if (t.family == KernelFamily::kGemv) {
-    if (t.tile_tokens != kernels::kGemvTokens || t.warps_tokens != 1 || t.tile_rows != 16 * t.warps_rows) {
-      return "a GEMV CTA is one 16-row record column per warp over 8 tokens";
+    if ((t.tile_tokens != 8 && t.tile_tokens != 16) || t.warps_tokens != 1 || t.tile_rows != 16 * t.warps_rows) {
+      return "a GEMV CTA is one 16-row record column per warp over 8 or 16 tokens";
     }
     if (t.stages < 1 || t.stages > 16) return "1 to 16 records in flight per lane";
     return "";
