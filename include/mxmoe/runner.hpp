@@ -27,6 +27,10 @@ struct RoutingView {
   const float* router_logits; // [T, E], written by the forward that computes them
 };
 
+// How far forward() goes: the whole layer, or (for measuring the stages inside a graph) the stages
+// up to and including one; a forward that stops early leaves `out` unwritten.
+enum class ForwardPart { kRouting, kFc1, kFc2, kAll };
+
 class MoeRunner {
  public:
   // Throws Error when the weights are inconsistent or the device is out of memory.
@@ -56,7 +60,8 @@ class MoeRunner {
   // pointers. The workspace must hold workspace_size(num_tokens) bytes (256-byte aligned).
   // Throws Error on bad arguments (checked on the host) or a failed launch.
   void forward(const __nv_bfloat16* x, const float* router_logits, __nv_bfloat16* out, int num_tokens,
-               void* workspace, size_t workspace_bytes, cudaStream_t stream, const LayerPlan* plan = nullptr) const;
+               void* workspace, size_t workspace_bytes, cudaStream_t stream, const LayerPlan* plan = nullptr,
+               ForwardPart last = ForwardPart::kAll) const;
   // As above, computing the router logits from the layer's router weights first.
   void forward(const __nv_bfloat16* x, __nv_bfloat16* out, int num_tokens, void* workspace, size_t workspace_bytes,
                cudaStream_t stream, const LayerPlan* plan = nullptr) const;

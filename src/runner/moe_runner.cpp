@@ -55,7 +55,7 @@ struct MoeRunner::Impl {
   const float* router_bias = nullptr;
 
   void run(const __nv_bfloat16* x, const float* logits, __nv_bfloat16* out, int num_tokens, void* workspace,
-           cudaStream_t stream, const LayerPlan& plan) const;
+           cudaStream_t stream, const LayerPlan& plan, ForwardPart last = ForwardPart::kAll) const;
 };
 
 MoeRunner::MoeRunner(const MoeLayerWeights& weights) : impl_(std::make_unique<Impl>()) {
@@ -144,7 +144,7 @@ void MoeRunner::prepare(int max_tokens) const {
 }
 
 void MoeRunner::Impl::run(const __nv_bfloat16* x, const float* logits, __nv_bfloat16* out, int num_tokens,
-                          void* workspace, cudaStream_t stream, const LayerPlan& plan) const {
+                          void* workspace, cudaStream_t stream, const LayerPlan& plan, ForwardPart last) const {
   const WorkspaceLayout layout = WorkspaceLayout::of(shape, num_tokens);
   const kernels::RouteBuffers route = layout.route(workspace);
   auto* ws = static_cast<unsigned char*>(workspace);
@@ -152,6 +152,7 @@ void MoeRunner::Impl::run(const __nv_bfloat16* x, const float* logits, __nv_bflo
   const long long split_stride = static_cast<long long>(pairs) * shape.hidden;
 
   launch_routing(logits, num_tokens, shape.num_experts, shape.top_k, route, stream);
+  if (last == ForwardPart::kRouting) return;
 
   auto tile_offsets = [&](const Tactic& t) {
     int index = 0;
@@ -164,11 +165,13 @@ void MoeRunner::Impl::run(const __nv_bfloat16* x, const float* logits, __nv_bflo
                               shape.fc1_rows(), shape.hidden, fc1_geometry.k_tiles(), shape.num_experts,
                               route.expert_offsets, route.active_experts, tile_offsets(plan.fc1), activation, 0};
   launch_expert_gemm(Stage::kFc1, plan.fc1, fc1, pairs, stream);
+  if (last == ForwardPart::kFc1) return;
   kernels::ExpertGemmArgs fc2{fc2_records, fc2_bias, activation, route.sorted_pairs, shape.top_k,
                               shape.hidden, shape.intermediate, fc2_geometry.k_tiles(), shape.num_experts,
                               route.expert_offsets, route.active_experts, tile_offsets(plan.fc2), expert_out,
                               split_stride};
   launch_expert_gemm(Stage::kFc2, plan.fc2, fc2, pairs, stream);
+  if (last == ForwardPart::kFc2) return;
   launch_unpermute(expert_out, split_stride, plan.fc2.k_split, shape.hidden, shape.top_k, num_tokens, route, out,
                    stream);
 }
@@ -191,13 +194,14 @@ void check_forward_args(const MoeRunner& runner, const void* x, const void* out,
 }  // namespace
 
 void MoeRunner::forward(const __nv_bfloat16* x, const float* router_logits, __nv_bfloat16* out, int num_tokens,
-                        void* workspace, size_t workspace_bytes, cudaStream_t stream, const LayerPlan* plan) const {
+                        void* workspace, size_t workspace_bytes, cudaStream_t stream, const LayerPlan* plan,
+                        ForwardPart last) const {
   check_forward_args(*this, x, out, num_tokens, workspace, workspace_bytes);
   check_aligned(router_logits, 4, "router_logits");
   if (num_tokens == 0) return;
   const LayerPlan chosen = plan ? *plan : this->plan(num_tokens);
   validate_plan(impl_->shape, chosen, *impl_->device.arch);
-  impl_->run(x, router_logits, out, num_tokens, workspace, stream, chosen);
+  impl_->run(x, router_logits, out, num_tokens, workspace, stream, chosen, last);
 }
 
 void MoeRunner::forward(const __nv_bfloat16* x, __nv_bfloat16* out, int num_tokens, void* workspace,

@@ -37,11 +37,12 @@ constexpr OptionSpec kOptions[] = {
     {"replays", "N", "timed graph replays (default 30, at least 20)"},
     {"skewed", "", "half the tokens pick the same expert"},
     {"compare", "", "also time the heuristic's plan where the tuned table chose another"},
+    {"breakdown", "", "also time each stage in the graph (routing, FC1, FC2, un-permute) against its bytes"},
     {"json", "FILE", "also write every number as JSON"},
 };
 
 constexpr CommandSpec kSpec{
-    "bench", "[--model M|all] [--tokens LIST] [--layers N] [--replays N] [--skewed] [--compare] [--json FILE]",
+    "bench", "[--model M|all] [--tokens LIST] [--layers N] [--replays N] [--skewed] [--compare] [--breakdown] [--json FILE]",
     "Times the whole MoE layer (routing, permutation, FC1 + SwiGLU, FC2, weighted un-permute) against the\n"
     "device's own measured ceilings: streaming-read bandwidth and the cuBLAS bf16 matmul rate.",
     kOptions};
@@ -58,10 +59,12 @@ struct Row {
   double rel_error = 0;
   double tokens_per_s = 0;
   double heuristic_us = 0;  // --compare: the heuristic plan's time (0 when not measured)
+  // --breakdown: in-graph time of each stage (prefix differences), 0 when not measured
+  double routing_us = 0, fc1_us = 0, fc2_us = 0, unpermute_us = 0;
 };
 
 Row bench_tokens(const std::string& model, LayerRotation& rotation, int tokens, int replays, bool skewed,
-                 bool compare, const Ceilings& ceilings) {
+                 bool compare, bool breakdown, const Ceilings& ceilings) {
   const MoeShape& shape = rotation.shape();
   rotation.set_tokens(tokens, skewed);
   const LayerPlan plan = rotation.runner().plan(tokens);
@@ -83,6 +86,17 @@ Row bench_tokens(const std::string& model, LayerRotation& rotation, int tokens, 
   row.fc1 = plan.fc1.name();
   row.fc2 = plan.fc2.name();
   row.tokens_per_s = 1e6 / (shape.num_layers * row.us_median);
+  if (breakdown) {
+    // The same rotation stopped after each stage: differences of graph times are the stages'
+    // costs in place, launch gaps and overlap included.
+    const double routing = rotation.time(&plan, replays, 1e30, ForwardPart::kRouting).median_us;
+    const double fc1 = rotation.time(&plan, replays, 1e30, ForwardPart::kFc1).median_us;
+    const double fc2 = rotation.time(&plan, replays, 1e30, ForwardPart::kFc2).median_us;
+    row.routing_us = routing;
+    row.fc1_us = fc1 - routing;
+    row.fc2_us = fc2 - fc1;
+    row.unpermute_us = row.us_median - fc2;
+  }
   if (compare) {
     const LayerPlan heuristic = rotation.runner().heuristic_plan(tokens);
     row.heuristic_us = heuristic.fc1 == plan.fc1 && heuristic.fc2 == plan.fc2 ? row.us_median
@@ -106,6 +120,20 @@ void print_table(const std::vector<Row>& rows, const Ceilings& c) {
                 r.tokens, r.us_median, spread, r.gbs, 100 * r.read_fraction, r.tflops, 100 * r.bf16_fraction,
                 r.fc1.c_str(), r.fc2.c_str(), r.rel_error, r.tokens_per_s, comparison,
                 r.rel_error < kMaxRelativeError ? "" : "  INACCURATE");
+  }
+}
+
+void print_breakdown(const std::vector<Row>& rows, const Ceilings& c) {
+  if (std::none_of(rows.begin(), rows.end(), [](const Row& r) { return r.fc1_us > 0; })) return;
+  std::printf("\nbreakdown (in-graph, per layer): stage us, and for FC1/FC2 the touched experts' bytes over the stage's time\n");
+  std::printf("%-13s %5s %9s %9s %14s %14s %10s %9s %7s\n", "model", "T", "routing", "FC1", "FC1 TB/s", "FC2 TB/s", "FC2",
+              "unpermute", "floor");
+  for (const auto& r : rows) {
+    const MoeShape s = model_shape(r.model);
+    const double fc1_bytes = r.touched_experts * s.fc1_bytes_per_expert(), fc2_bytes = r.touched_experts * s.fc2_bytes_per_expert();
+    std::printf("%-13s %5d %9.1f %9.1f %14.2f %14.2f %10.1f %9.1f %7.1f\n", r.model.c_str(), r.tokens, r.routing_us,
+                r.fc1_us, fc1_bytes / (r.fc1_us * 1e-6) / 1e12, fc2_bytes / (r.fc2_us * 1e-6) / 1e12, r.fc2_us,
+                r.unpermute_us, r.bytes / (c.read_gbs * 1e3));
   }
 }
 
@@ -133,7 +161,9 @@ void write_json(const std::string& path, const std::vector<Row>& rows, const Cei
                             {"read_fraction", r.read_fraction}, {"tflops", r.tflops},
                             {"bf16_fraction", r.bf16_fraction}, {"fc1_tactic", r.fc1},
                             {"fc2_tactic", r.fc2},         {"rel_error", r.rel_error},
-                            {"moe_tokens_per_s", r.tokens_per_s}, {"heuristic_us", r.heuristic_us}});
+                            {"moe_tokens_per_s", r.tokens_per_s}, {"heuristic_us", r.heuristic_us},
+                            {"routing_us", r.routing_us}, {"fc1_us", r.fc1_us}, {"fc2_us", r.fc2_us},
+                            {"unpermute_us", r.unpermute_us}});
   }
   std::ofstream out(path);
   out << json.dump(2) << "\n";
@@ -184,7 +214,7 @@ int bench_command(std::span<const std::string> args) {
     tuned = tuned || rotation.runner().tuned();
     for (int64_t tokens : token_counts) {
       rows.push_back(bench_tokens(model, rotation, static_cast<int>(tokens), replays, skewed, parsed->flag("compare"),
-                                  ceilings));
+                                  parsed->flag("breakdown"), ceilings));
       const Row& r = rows.back();
       std::printf("  T=%-5d %9.1f us/layer  %6.0f GB/s  %5.1f TFLOP/s  rel.err %.1e\n", r.tokens, r.us_median, r.gbs,
                   r.tflops, r.rel_error);
@@ -192,6 +222,7 @@ int bench_command(std::span<const std::string> args) {
     }
   }
   print_table(rows, ceilings);
+  print_breakdown(rows, ceilings);
   if (parsed->has("json")) write_json(parsed->get("json", ""), rows, ceilings, device, num_layers, replays, skewed, tuned);
   const bool accurate = std::all_of(rows.begin(), rows.end(), [](const Row& r) { return r.rel_error < kMaxRelativeError; });
   if (!accurate) throw Error("bench: a row's output disagrees with the CPU reference (marked INACCURATE)");

@@ -53,12 +53,12 @@ void LayerRotation::set_tokens(int tokens, bool skewed) {
   reference_.clear();
 }
 
-LayerRotation::Timing LayerRotation::time(const LayerPlan* plan, int replays, double give_up_us) {
+LayerRotation::Timing LayerRotation::time(const LayerPlan* plan, int replays, double give_up_us, ForwardPart last) {
   auto forward_all = [&] {
     for (auto& layer : layers_) {
       layer->runner.forward(static_cast<const __nv_bfloat16*>(layer->x.get()), static_cast<const float*>(layer->logits.get()),
                             static_cast<__nv_bfloat16*>(layer->out.get()), tokens_, workspace_.get(), workspace_.bytes(),
-                            stream_, plan);
+                            stream_, plan, last);
     }
   };
   forward_all();  // outside the graph: loads (or compiles) the plan's kernels

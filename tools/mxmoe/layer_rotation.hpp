@@ -33,7 +33,7 @@ class LayerRotation {
   };
   // Times `replays` replays of the rotation run with `plan` (each runner's own choice when null).
   // Stops early, returning the first replay's time, when that is over `give_up_us` per layer.
-  Timing time(const LayerPlan* plan, int replays, double give_up_us = 1e30);
+  Timing time(const LayerPlan* plan, int replays, double give_up_us = 1e30, ForwardPart last = ForwardPart::kAll);
 
   // Relative error (by norm) of layer 0's output from the last timed run against the CPU
   // reference, on up to 8 tokens spread over the batch.
