@@ -26,8 +26,8 @@ CompileRequest compile_request(const Tactic& tactic, const Arch& arch) {
   for (const char* fc1 : {"true", "false"}) {
     if (t.family == KernelFamily::kGemv) {
       r.source = "#include \"kernels/expert_gemv.cuh\"\n";
-      r.name_expressions.push_back("&mxmoe::kernels::expert_gemv_kernel<" + n + ", " + std::to_string(t.tile_tokens) +
-                                   ", " + fc1 + ", " + std::to_string(t.stages) + ">");
+      r.name_expressions.push_back("&mxmoe::kernels::expert_gemv_kernel<" + n + ", " + std::to_string(t.warps_tokens) +
+                                   ", " + std::to_string(t.tile_tokens) + ", " + fc1 + ", " + std::to_string(t.stages) + ">");
     } else {
       r.source = "#include \"kernels/expert_mma_tile.cuh\"\n";
       r.name_expressions.push_back("&mxmoe::kernels::expert_mma_tile_kernel<" + std::to_string(t.tile_rows) + ", " +

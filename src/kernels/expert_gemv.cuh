@@ -10,7 +10,12 @@
 // staged, and FC2 issues it before waiting on FC1 (programmatic dependent launch): it needs only the
 // routing, which is complete by the time FC2 starts.
 //
-// Grid: x = row tiles / kWarps, y = active-expert slot (upper bound min(E, pairs)), z = k-split.
+// A CTA has kColumns x kWarpsK warps: kWarpsK warps share each record column, each streaming a
+// contiguous part of its K, their partial sums added in shared memory in a fixed order. That
+// multiplies the warps a few experts' columns give an SM (a 1-token step) without a second pass
+// over the output (which FC1's SwiGLU could not take).
+//
+// Grid: x = row tiles / kColumns, y = active-expert slot (upper bound min(E, pairs)), z = k-split.
 // Budget (per layer): every touched expert's records once (0.53 bytes per weight) plus the tokens'
 // activations (2 K bytes per token per CTA, from L2); the MMAs do kTokens' work whatever the count,
 // which is free while memory-bound. An expert with more than kTokens rows is walked in groups,
@@ -59,9 +64,10 @@ __device__ __forceinline__ void multiply_batch(float (&acc)[kTokens / 8][4], con
   }
 }
 
-template <int kWarps, int kTokens, bool kFc1, int kUnroll>
-__global__ void __launch_bounds__(kWarps * 32) expert_gemv_kernel(ExpertGemmArgs args, int k_split) {
+template <int kColumns, int kWarpsK, int kTokens, bool kFc1, int kUnroll>
+__global__ void __launch_bounds__(kColumns * kWarpsK * 32) expert_gemv_kernel(ExpertGemmArgs args, int k_split) {
   static_assert(kTokens == 8 || kTokens == 16, "8 or 16 tokens per pass");
+  constexpr int kAccumulators = kTokens / 8 * 4;
   auto* staged = reinterpret_cast<unsigned short*>(dynamic_smem());
   const auto* input = static_cast<const unsigned short*>(args.input);
   if constexpr (kFc1) {
@@ -74,20 +80,25 @@ __global__ void __launch_bounds__(kWarps * 32) expert_gemv_kernel(ExpertGemmArgs
   const int first_row = args.expert_offsets[expert];
   const int count = args.expert_offsets[expert + 1] - first_row;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int column_in_cta = warp % kColumns, k_part = warp / kColumns;
   const int row_tiles = args.rows / kRecordRows;
-  const int row_tile = blockIdx.x * kWarps + warp;
+  const int row_tile = blockIdx.x * kColumns + column_in_cta;
   const bool streams = row_tile < row_tiles;
   const int split = blockIdx.z;
   const int kt_begin = split * args.k_tiles / k_split, kt_end = (split + 1) * args.k_tiles / k_split;
   const int records_in_split = kt_end - kt_begin;
   const int k_begin = kt_begin * kRecordK, k_len = records_in_split * kRecordK;
   const int row_stride = k_len + 8;  // bf16; the extra 16 bytes put ldmatrix's 8 rows in distinct banks
+  // This warp's records of the split: [first_record, end_record), relative to kt_begin.
+  const int first_record = k_part * records_in_split / kWarpsK;
+  const int end_record = (k_part + 1) * records_in_split / kWarpsK;
   const unsigned char* column =
       args.records + ((static_cast<long long>(expert) * row_tiles + row_tile) * args.k_tiles + kt_begin) * kRecordBytes;
   const unsigned short* b_row = staged + (lane % 8) * row_stride + 8 * (lane / 8);
+  auto* partial = reinterpret_cast<float*>(staged + kTokens * row_stride);  // [kWarpsK - 1][kColumns][32][acc]
 
   RecordBatch<kUnroll> batch_a, batch_b;
-  batch_a.load(column, 0, records_in_split, streams, lane);
+  batch_a.load(column, first_record, end_record, streams, lane);
   if constexpr (!kFc1) {
     wait_for_prerequisite_grids();  // FC1's activations
     allow_dependent_grids();
@@ -95,8 +106,8 @@ __global__ void __launch_bounds__(kWarps * 32) expert_gemv_kernel(ExpertGemmArgs
   for (int group = 0; group < count; group += kTokens) {
     const int tokens = min(kTokens, count - group);
     if (group > 0) {
-      __syncthreads();  // the previous group's MMAs are done with `staged`
-      batch_a.load(column, 0, records_in_split, streams, lane);
+      __syncthreads();  // the previous group's MMAs and sums are done with `staged` and `partial`
+      batch_a.load(column, first_record, end_record, streams, lane);
     }
     const int chunks_per_row = k_len / 8;
     for (int c = threadIdx.x; c < kTokens * chunks_per_row; c += blockDim.x) {
@@ -108,15 +119,38 @@ __global__ void __launch_bounds__(kWarps * 32) expert_gemv_kernel(ExpertGemmArgs
       *reinterpret_cast<uint4*>(staged + r * row_stride + (k - k_begin)) = v;
     }
     __syncthreads();
-    if (!streams) continue;
 
     float acc[kTokens / 8][4] = {};
-    for (int i = 0; i < records_in_split; i += 2 * kUnroll) {
-      batch_b.load(column, i + kUnroll, records_in_split, true, lane);
-      multiply_batch<kTokens>(acc, batch_a, i, records_in_split, b_row, row_stride);
-      batch_a.load(column, i + 2 * kUnroll, records_in_split, true, lane);
-      multiply_batch<kTokens>(acc, batch_b, i + kUnroll, records_in_split, b_row, row_stride);
+    if (streams) {
+      for (int i = first_record; i < end_record; i += 2 * kUnroll) {
+        batch_b.load(column, i + kUnroll, end_record, true, lane);
+        multiply_batch<kTokens>(acc, batch_a, i, end_record, b_row, row_stride);
+        batch_a.load(column, i + 2 * kUnroll, end_record, true, lane);
+        multiply_batch<kTokens>(acc, batch_b, i + kUnroll, end_record, b_row, row_stride);
+      }
     }
+    if constexpr (kWarpsK > 1) {
+      float* mine = partial + ((k_part - 1) * kColumns + column_in_cta) * 32 * kAccumulators + lane * kAccumulators;
+      if (k_part > 0) {
+#pragma unroll
+        for (int t = 0; t < kTokens / 8; ++t) {
+#pragma unroll
+          for (int i = 0; i < 4; ++i) mine[4 * t + i] = acc[t][i];
+        }
+      }
+      __syncthreads();
+      if (k_part > 0) continue;
+#pragma unroll
+      for (int part = 1; part < kWarpsK; ++part) {  // in order: the result does not depend on timing
+        const float* theirs = partial + ((part - 1) * kColumns + column_in_cta) * 32 * kAccumulators + lane * kAccumulators;
+#pragma unroll
+        for (int t = 0; t < kTokens / 8; ++t) {
+#pragma unroll
+          for (int i = 0; i < 4; ++i) acc[t][i] += theirs[4 * t + i];
+        }
+      }
+    }
+    if (!streams) continue;
 #pragma unroll
     for (int t = 0; t < kTokens / 8; ++t) {
       store_accumulators<kFc1>(args, acc[t], expert, row_tile, first_row + group + 8 * t, tokens - 8 * t, split);

@@ -68,19 +68,43 @@ MXMOE_HOST_DEVICE int fc1_checkpoint_row(int packed_row) {
 namespace mxmoe::kernels {
 
 // One record's share of a lane (16 value bytes, its quad's 4 scale bytes) as four k-steps of
-// m16n8k16 A fragments: a[j] feeds the MMA at K offset 16 j. Cost per 32 weights: 16 pair
-// extractions (~3 integer ops each) and 32 bf16x2 multiplies; the first multiply by 2^126 turns
-// the extraction's subnormal-based encoding into the E2M1 value, the second applies the block scale
-// (split in two so that every E8M0 code, 0 and 255 included, is exact).
+// m16n8k16 A fragments: a[j] feeds the MMA at K offset 16 j. The extraction (~3 integer ops per
+// pair) yields value * 2^-126; one bf16x2 multiply by 2^(s - 1) makes it value * 2^(s - 127). That
+// factor is a normal bf16 for scale codes 1-128 (block maxima up to 8, so every real weight);
+// a lane holding any other code takes two multiplies, by 2^126 and by 2^(s - 127), which is exact
+// for every code, 0 and 255 (NaN) included. Cost per 32 weights: 16 extractions, 16 multiplies
+// (32 on the rare path), and the factor setup.
 __device__ __forceinline__ void dequantize_record(uint4 values, unsigned scale_word, unsigned (&a)[4][4]) {
   constexpr unsigned kTwoTo126 = 0x7E807E80u;
   unsigned factor[4];  // [rows g, b0], [rows g + 8, b0], [rows g, b1], [rows g + 8, b1]
+  bool one_multiply = true;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const unsigned s = (scale_word >> (8 * i)) & 0xFFu;
+    one_multiply = one_multiply && (s - 1u) < 128u;
+  }
+  const unsigned words[4] = {values.x, values.y, values.z, values.w};
+  if (one_multiply) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const unsigned bits = (((scale_word >> (8 * i)) & 0xFFu) + 126u) << 7;  // 2^(s - 1)
+      factor[i] = bits | (bits << 16);
+    }
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+#pragma unroll
+      for (int reg = 0; reg < 4; ++reg) {
+        const unsigned upper_rows = (reg == 1 || reg == 3) ? 1 : 0;
+        a[j][reg] = bf16x2_mul(e2m1_pair_bits(words[j], reg), factor[2 * (j / 2) + upper_rows]);
+      }
+    }
+    return;
+  }
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     const unsigned bits = e8m0_to_bf16_bits((scale_word >> (8 * i)) & 0xFFu);
     factor[i] = bits | (bits << 16);
   }
-  const unsigned words[4] = {values.x, values.y, values.z, values.w};
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
 #pragma unroll

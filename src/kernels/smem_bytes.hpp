@@ -7,9 +7,10 @@ namespace mxmoe::kernels {
 constexpr int kSmemRecordBytes = 544;                 // one 16 x 64 record (mxfp4_fragment.cuh)
 constexpr int kSmemActivationRowBytes = (64 + 8) * 2;  // one token's 64 K of bf16, +16 bytes against bank conflicts
 
-// GEMV: `tokens` staged rows (8 or 16) of the split's K range (+16 bytes each).
-constexpr int gemv_smem_bytes(int tokens, int k_tiles, int k_split) {
-  return tokens * ((k_tiles + k_split - 1) / k_split * 64 + 8) * 2;
+// GEMV: `tokens` staged rows (8 or 16) of the split's K range (+16 bytes each), then the partial
+// sums of the warps past the first along K (columns x (warps_k - 1) warps x 32 lanes x tokens / 2).
+constexpr int gemv_smem_bytes(int tokens, int k_tiles, int k_split, int columns, int warps_k) {
+  return tokens * ((k_tiles + k_split - 1) / k_split * 64 + 8) * 2 + columns * (warps_k - 1) * 32 * tokens / 2 * 4;
 }
 
 // Tiled: `stages` copies of (records of tile_rows rows + tile_tokens activation rows), plus each

@@ -20,8 +20,9 @@ void launch_expert_gemm(Stage stage, const Tactic& tactic, const kernels::Expert
   dim3 grid;
   int smem = 0;
   if (tactic.family == KernelFamily::kGemv) {
-    grid = dim3((row_tiles + tactic.warps() - 1) / tactic.warps(), max_active, static_cast<unsigned>(k_split));
-    smem = kernels::gemv_smem_bytes(tactic.tile_tokens, args.k_tiles, k_split);
+    const unsigned columns = static_cast<unsigned>(tactic.warps_rows);
+    grid = dim3((row_tiles + columns - 1) / columns, max_active, static_cast<unsigned>(k_split));
+    smem = kernels::gemv_smem_bytes(tactic.tile_tokens, args.k_tiles, k_split, tactic.warps_rows, tactic.warps_tokens);
   } else {
     grid = dim3(static_cast<unsigned>(num_pairs / tactic.tile_tokens) + max_active,
                 static_cast<unsigned>((args.rows + tactic.tile_rows - 1) / tactic.tile_rows), static_cast<unsigned>(k_split));

@@ -34,8 +34,8 @@ int take_number(std::string_view& text, std::string_view prefix, std::string_vie
 std::string Tactic::name() const {
   const std::string split = ".k" + std::to_string(k_split);
   if (family == KernelFamily::kGemv) {
-    return "gemv.r" + std::to_string(tile_rows) + "x" + std::to_string(tile_tokens) + ".w" + std::to_string(warps()) +
-           ".u" + std::to_string(stages) + split;
+    return "gemv.r" + std::to_string(tile_rows) + "x" + std::to_string(tile_tokens) + ".w" + std::to_string(warps_rows) +
+           "x" + std::to_string(warps_tokens) + ".u" + std::to_string(stages) + split;
   }
   return "mma.r" + std::to_string(tile_rows) + "x" + std::to_string(tile_tokens) + ".w" + std::to_string(warps_rows) +
          "x" + std::to_string(warps_tokens) + ".s" + std::to_string(stages) + split;
@@ -56,7 +56,7 @@ Tactic parse_tactic(std::string_view name) {
     t.tile_rows = take_number(rest, ".r", name);
     t.tile_tokens = take_number(rest, "x", name);
     t.warps_rows = take_number(rest, ".w", name);
-    t.warps_tokens = 1;
+    t.warps_tokens = take_number(rest, "x", name);
     t.stages = take_number(rest, ".u", name);
   } else if (rest.substr(0, 4) == "mma.") {
     rest.remove_prefix(3);
@@ -88,7 +88,8 @@ void validate_plan(const MoeShape& shape, const LayerPlan& plan, const Arch& arc
                   (stage == Stage::kFc1 ? " (FC1's SwiGLU needs whole sums)" : ""));
     }
     if (tactic.family == KernelFamily::kGemv &&
-        kernels::gemv_smem_bytes(tactic.tile_tokens, k_tiles, tactic.k_split) > arch.smem_per_block) {
+        kernels::gemv_smem_bytes(tactic.tile_tokens, k_tiles, tactic.k_split, tactic.warps_rows, tactic.warps_tokens) >
+            arch.smem_per_block) {
       throw Error(which + " tactic " + tactic.name() + ": K = " + std::to_string(k_tiles * 64) +
                   " needs more shared memory than " + std::string(arch.name) + " has; use a K split or a tiled tactic");
     }
@@ -98,7 +99,8 @@ void validate_plan(const MoeShape& shape, const LayerPlan& plan, const Arch& arc
 LayerPlan heuristic_plan(const MoeShape& shape, int num_tokens, const Arch& arch, int multiprocessors) {
   const long long pairs = static_cast<long long>(num_tokens) * shape.top_k;
   const long long rows_expected = (pairs + shape.num_experts - 1) / shape.num_experts;
-  const bool gemv_fits = kernels::gemv_smem_bytes(kGemv.tile_tokens, (shape.hidden + 63) / 64, 1) <= arch.smem_per_block;
+  const bool gemv_fits = kernels::gemv_smem_bytes(kGemv.tile_tokens, (shape.hidden + 63) / 64, 1, kGemv.warps_rows,
+                                                  kGemv.warps_tokens) <= arch.smem_per_block;
   if (gemv_fits && (num_tokens <= kGemv.tile_tokens || rows_expected <= 2)) {
     const double touched =
         shape.num_experts * (1.0 - std::pow(1.0 - static_cast<double>(shape.top_k) / shape.num_experts, num_tokens));

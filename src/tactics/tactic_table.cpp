@@ -21,12 +21,15 @@ constexpr KernelFamily kMma = KernelFamily::kMmaTile;
 constexpr int kMaxAccumulators = 64;
 constexpr int kMaxFragmentRegisters = 64;
 
-const std::array<Candidate, 18> kCandidates{{
+const std::array<Candidate, 21> kCandidates{{
     {{kGemv, 64, 8, 4, 1, 4, 1}, "decode default: 64 rows per CTA, 4-8 records (2-4 KB per warp) in flight"},
     {{kGemv, 64, 8, 4, 1, 8, 1}, "decode, deeper: 8-16 records in flight per lane, for more bytes in flight per SM"},
     {{kGemv, 32, 8, 2, 1, 8, 1}, "decode, small CTAs: twice the CTAs, for the few experts a 1-token step touches"},
     {{kGemv, 128, 8, 8, 1, 4, 1}, "decode, large CTAs: the staged activations shared by 8 warps"},
     {{kGemv, 128, 8, 8, 1, 2, 1}, "decode, large CTAs with a shallow pipeline: fewer registers, more CTAs per SM"},
+    {{kGemv, 64, 8, 4, 2, 4, 1}, "decode, 2 warps per column along K: twice the warps a 1-token step gives an SM"},
+    {{kGemv, 32, 8, 2, 4, 4, 1}, "decode, 4 warps per column along K: short, many weight streams"},
+    {{kGemv, 128, 8, 8, 2, 2, 1}, "decode, 16-warp CTAs: 8 columns x 2 along K, shallow pipeline"},
     {{kGemv, 64, 16, 4, 1, 4, 1}, "9-16 rows per expert in one pass: each weight feeds two 8-token MMA tiles"},
     {{kGemv, 128, 16, 8, 1, 4, 1}, "9-16 rows per expert, large CTAs"},
     {{kMma, 64, 16, 4, 1, 4, 1}, "small tile, half height: twice the CTAs of r128 for 9-16 rows per expert"},
@@ -46,9 +49,10 @@ const std::array<Candidate, 18> kCandidates{{
 std::string why_invalid(const Tactic& t, const Arch& arch) {
   if (t.warps_rows < 1 || t.warps_tokens < 1 || t.warps() > 16) return "1 to 16 warps per CTA";
   if (t.family == KernelFamily::kGemv) {
-    if ((t.tile_tokens != 8 && t.tile_tokens != 16) || t.warps_tokens != 1 || t.tile_rows != 16 * t.warps_rows) {
-      return "a GEMV CTA is one 16-row record column per warp over 8 or 16 tokens";
+    if ((t.tile_tokens != 8 && t.tile_tokens != 16) || t.tile_rows != 16 * t.warps_rows) {
+      return "a GEMV CTA is 16-row record columns (one per warp along rows) over 8 or 16 tokens";
     }
+    if (t.warps_tokens != 1 && t.warps_tokens != 2 && t.warps_tokens != 4) return "1, 2 or 4 warps along K";
     if (t.stages < 1 || t.stages > 16) return "1 to 16 records in flight per lane";
     return "";
   }

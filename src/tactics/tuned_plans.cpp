@@ -111,9 +111,9 @@ void TunedPlans::store(const std::string& cache_dir, const std::string& device_n
 }
 
 std::optional<LayerPlan> TunedPlans::find(int num_tokens) const {
-  if (entries_.empty()) return std::nullopt;
   const auto it = entries_.lower_bound(num_tokens);
-  return (it != entries_.end() ? it : std::prev(entries_.end()))->second.plan;
+  if (it == entries_.end()) return std::nullopt;
+  return it->second.plan;
 }
 
 }  // namespace mxmoe

@@ -30,7 +30,8 @@ class TunedPlans {
   static void store(const std::string& cache_dir, const std::string& device_name, const Arch& arch,
                     const MoeShape& shape, const std::map<int, TunedEntry>& entries);
 
-  // The plan tuned for the smallest bucket >= num_tokens, else for the largest bucket.
+  // The plan tuned for the smallest bucket >= num_tokens; none past the largest bucket (a batch the
+  // sweep never saw takes the heuristic's plan, not a smaller batch's).
   std::optional<LayerPlan> find(int num_tokens) const;
   const std::map<int, TunedEntry>& entries() const { return entries_; }
 

@@ -21,7 +21,7 @@ namespace {
 namespace fs = std::filesystem;
 
 // A valid tactic outside the ahead-of-time set, so that the cache (not the library) must supply it.
-const Tactic kNotBuiltIn = parse_tactic("gemv.r64x8.w4.u8.k1");
+const Tactic kNotBuiltIn = parse_tactic("gemv.r64x8.w4x1.u8.k1");
 const Arch& sm90() { return arch_by_name("sm_90a"); }
 
 std::string read_text(const fs::path& p) {
@@ -36,14 +36,14 @@ TEST(KernelKey, CoversTheBinaryAndNotTheLaunch) {
   split.k_split = 3;
   EXPECT_EQ(kernel_key(kNotBuiltIn, sm90()), kernel_key(split, sm90()));
   EXPECT_NE(kernel_key(kNotBuiltIn, sm90()), kernel_key(kNotBuiltIn, arch_by_name("sm_120a")));
-  EXPECT_NE(kernel_key(kNotBuiltIn, sm90()), kernel_key(parse_tactic("gemv.r64x8.w4.u4.k1"), sm90()));
+  EXPECT_NE(kernel_key(kNotBuiltIn, sm90()), kernel_key(parse_tactic("gemv.r64x8.w4x1.u4.k1"), sm90()));
   EXPECT_EQ(kernel_key(kNotBuiltIn, sm90()).size(), 32u);
 }
 
 TEST(KernelEntry, RoundTripAndEveryDamageIsCaught) {
   KernelBinary b;
   b.key = "0123456789abcdef0123456789abcdef";
-  b.tactic = "gemv.r64x8.w4.u8.k1";
+  b.tactic = "gemv.r64x8.w4x1.u8.k1";
   b.arch = "sm_90a";
   b.kernel_names = {"fc1_kernel", "fc2_kernel"};
   b.cubin = std::make_shared<const std::vector<uint8_t>>(std::vector<uint8_t>{1, 2, 3, 4, 5, 6, 7, 8});
@@ -77,7 +77,7 @@ TEST(KernelCache, ColdCompileThenWarmLoad) {
   EXPECT_EQ(second.binary.kernel_names, first.binary.kernel_names);
   const auto listing = warm.list();
   ASSERT_EQ(listing.size(), 1u);
-  EXPECT_EQ(listing[0].tactic, "gemv.r64x8.w4.u8.k1");
+  EXPECT_EQ(listing[0].tactic, "gemv.r64x8.w4x1.u8.k1");
   EXPECT_TRUE(listing[0].problem.empty());
   const std::string log = read_text(dir / "compile.log");
   EXPECT_EQ(std::count(log.begin(), log.end(), '\n'), 1);
@@ -143,7 +143,7 @@ void undo_read_only(const fs::path& dir) {
 
 TEST(KernelCache, ReadOnlyDirectoryStillWorks) {
   const fs::path dir = test::scratch_dir();
-  const Tactic other = parse_tactic("gemv.r32x8.w2.u8.k1");
+  const Tactic other = parse_tactic("gemv.r32x8.w2x1.u8.k1");
   KernelCache(dir.string()).get(other, sm90());  // one entry made while writable
   if (!make_read_only(dir / "kernels")) GTEST_SKIP() << "cannot make a read-only directory on this machine";
   testing::internal::CaptureStderr();

@@ -69,7 +69,7 @@ TEST(TacticTable, ArchLimitsDecide) {
 
 TEST(TacticNames, ParseRejectsMalformedNames) {
   for (const char* bad : {"gemv.r64", "foo.r64.w4.u4.k1", "mma.r128x16.w4x1.s4.k1.extra", "mma.r128x16.w4.s4.k1",
-                          "gemv.r64x8.w4.u0.k1", ""}) {
+                          "gemv.r64x8.w4x1.u0.k1", ""}) {
     EXPECT_THROW(parse_tactic(bad), Error) << bad;
   }
 }
@@ -77,14 +77,14 @@ TEST(TacticNames, ParseRejectsMalformedNames) {
 TEST(ValidatePlan, RejectsWhatCannotRun) {
   const MoeShape shape = model_shape("gpt-oss-20b");
   const Arch& sm90 = arch_by_name("sm_90a");
-  const Tactic gemv = parse_tactic("gemv.r64x8.w4.u4.k1");
-  EXPECT_NO_THROW(validate_plan(shape, {gemv, parse_tactic("gemv.r64x8.w4.u4.k4")}, sm90));
-  EXPECT_THROW(validate_plan(shape, {parse_tactic("gemv.r64x8.w4.u4.k2"), gemv}, sm90), Error);   // FC1 split
-  EXPECT_THROW(validate_plan(shape, {gemv, parse_tactic("gemv.r64x8.w4.u4.k5")}, sm90), Error);   // past kMaxKSplit
-  EXPECT_THROW(validate_plan(shape, {gemv, parse_tactic("gemv.r48x8.w3.u4.k1")}, sm90), Error);   // not a candidate
+  const Tactic gemv = parse_tactic("gemv.r64x8.w4x1.u4.k1");
+  EXPECT_NO_THROW(validate_plan(shape, {gemv, parse_tactic("gemv.r64x8.w4x1.u4.k4")}, sm90));
+  EXPECT_THROW(validate_plan(shape, {parse_tactic("gemv.r64x8.w4x1.u4.k2"), gemv}, sm90), Error);   // FC1 split
+  EXPECT_THROW(validate_plan(shape, {gemv, parse_tactic("gemv.r64x8.w4x1.u4.k5")}, sm90), Error);   // past kMaxKSplit
+  EXPECT_THROW(validate_plan(shape, {gemv, parse_tactic("gemv.r48x8.w3x1.u4.k1")}, sm90), Error);   // not a candidate
   EXPECT_THROW(validate_plan(shape, {parse_tactic("mma.r128x128.w2x4.s5.k1"), gemv}, arch_by_name("sm_120a")), Error);
   const MoeShape small{4, 2, 64, 64, 1};  // FC2 has one K tile: no split
-  EXPECT_THROW(validate_plan(small, {gemv, parse_tactic("gemv.r64x8.w4.u4.k2")}, sm90), Error);
+  EXPECT_THROW(validate_plan(small, {gemv, parse_tactic("gemv.r64x8.w4x1.u4.k2")}, sm90), Error);
 }
 
 struct Pin {
@@ -97,18 +97,18 @@ struct Pin {
 // The heuristic's choices, pinned: rows per expert expected ceil(T k / E), worst case T.
 TEST(Heuristic, PinnedChoices) {
   const Pin pins[] = {
-      {"gpt-oss-20b", 1, "gemv.r64x8.w4.u4.k1", "gemv.r64x8.w4.u4.k2"},  // 4 experts x 45 CTAs < 2 per SM: split
-      {"gpt-oss-20b", 2, "gemv.r64x8.w4.u4.k1", "gemv.r64x8.w4.u4.k1"},
-      {"gpt-oss-20b", 8, "gemv.r64x8.w4.u4.k1", "gemv.r64x8.w4.u4.k1"},
-      {"gpt-oss-20b", 16, "gemv.r64x8.w4.u4.k1", "gemv.r64x8.w4.u4.k1"},   // expected 2 rows
+      {"gpt-oss-20b", 1, "gemv.r64x8.w4x1.u4.k1", "gemv.r64x8.w4x1.u4.k2"},  // 4 experts x 45 CTAs < 2 per SM: split
+      {"gpt-oss-20b", 2, "gemv.r64x8.w4x1.u4.k1", "gemv.r64x8.w4x1.u4.k1"},
+      {"gpt-oss-20b", 8, "gemv.r64x8.w4x1.u4.k1", "gemv.r64x8.w4x1.u4.k1"},
+      {"gpt-oss-20b", 16, "gemv.r64x8.w4x1.u4.k1", "gemv.r64x8.w4x1.u4.k1"},   // expected 2 rows
       {"gpt-oss-20b", 17, "mma.r128x16.w4x1.s4.k1", "mma.r128x16.w4x1.s4.k1"},
       {"gpt-oss-20b", 128, "mma.r128x16.w4x1.s4.k1", "mma.r128x16.w4x1.s4.k1"},
       {"gpt-oss-20b", 129, "mma.r128x32.w4x1.s4.k1", "mma.r128x32.w4x1.s4.k1"},
       {"gpt-oss-20b", 512, "mma.r128x64.w2x2.s3.k1", "mma.r128x64.w2x2.s3.k1"},
       {"gpt-oss-20b", 513, "mma.r128x128.w2x4.s3.k1", "mma.r128x128.w2x4.s3.k1"},
       {"gpt-oss-20b", 4096, "mma.r128x128.w2x4.s3.k1", "mma.r128x128.w2x4.s3.k1"},
-      {"gpt-oss-120b", 1, "gemv.r64x8.w4.u4.k1", "gemv.r64x8.w4.u4.k2"},
-      {"gpt-oss-120b", 64, "gemv.r64x8.w4.u4.k1", "gemv.r64x8.w4.u4.k1"},  // expected 2 rows
+      {"gpt-oss-120b", 1, "gemv.r64x8.w4x1.u4.k1", "gemv.r64x8.w4x1.u4.k2"},
+      {"gpt-oss-120b", 64, "gemv.r64x8.w4x1.u4.k1", "gemv.r64x8.w4x1.u4.k1"},  // expected 2 rows
       {"gpt-oss-120b", 65, "mma.r128x16.w4x1.s4.k1", "mma.r128x16.w4x1.s4.k1"},
       {"gpt-oss-120b", 1024, "mma.r128x32.w4x1.s4.k1", "mma.r128x32.w4x1.s4.k1"},
       {"gpt-oss-120b", 4096, "mma.r128x128.w2x4.s3.k1", "mma.r128x128.w2x4.s3.k1"},

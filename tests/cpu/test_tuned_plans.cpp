@@ -16,7 +16,7 @@ const MoeShape k20b = model_shape("gpt-oss-20b");
 const MoeShape k120b = model_shape("gpt-oss-120b");
 
 std::map<int, TunedEntry> entries() {
-  return {{1, {{parse_tactic("gemv.r64x8.w4.u8.k1"), parse_tactic("gemv.r128x8.w8.u4.k4")}, 45.6, 50.1}},
+  return {{1, {{parse_tactic("gemv.r64x8.w4x1.u8.k1"), parse_tactic("gemv.r128x8.w8x1.u4.k4")}, 45.6, 50.1}},
           {64, {{parse_tactic("mma.r128x16.w4x1.s4.k1"), parse_tactic("mma.r128x16.w4x1.s4.k2")}, 271.0, 273.6}}};
 }
 
@@ -28,7 +28,7 @@ TEST(TunedPlans, StoreThenLoadKeepsEachShapeApart) {
   TunedPlans::store(dir, "NVIDIA H100 80GB HBM3", sm90(), k120b, other);
   const TunedPlans a = TunedPlans::load(dir, "NVIDIA H100 80GB HBM3", sm90(), k20b);
   ASSERT_EQ(a.entries().size(), 2u);
-  EXPECT_EQ(a.entries().at(1).plan.fc2.name(), "gemv.r128x8.w8.u4.k4");
+  EXPECT_EQ(a.entries().at(1).plan.fc2.name(), "gemv.r128x8.w8x1.u4.k4");
   EXPECT_DOUBLE_EQ(a.entries().at(64).heuristic_us, 273.6);
   EXPECT_EQ(TunedPlans::load(dir, "NVIDIA H100 80GB HBM3", sm90(), k120b).entries().size(), 1u);
   EXPECT_TRUE(TunedPlans::load(dir, "NVIDIA H200", sm90(), k20b).entries().empty()) << "another device's file";
@@ -38,10 +38,10 @@ TEST(TunedPlans, BucketLookup) {
   const std::string dir = test::scratch_dir().string();
   TunedPlans::store(dir, "gpu", sm90(), k20b, entries());
   const TunedPlans t = TunedPlans::load(dir, "gpu", sm90(), k20b);
-  EXPECT_EQ(t.find(1)->fc1.name(), "gemv.r64x8.w4.u8.k1");
+  EXPECT_EQ(t.find(1)->fc1.name(), "gemv.r64x8.w4x1.u8.k1");
   EXPECT_EQ(t.find(2)->fc1.name(), "mma.r128x16.w4x1.s4.k1");   // smallest bucket >= 2 is 64
   EXPECT_EQ(t.find(64)->fc1.name(), "mma.r128x16.w4x1.s4.k1");
-  EXPECT_EQ(t.find(5000)->fc1.name(), "mma.r128x16.w4x1.s4.k1");  // past the last: the largest
+  EXPECT_FALSE(t.find(65)) << "past the largest bucket the heuristic decides";
   EXPECT_FALSE(TunedPlans().find(1));
 }
 

@@ -34,7 +34,7 @@ constexpr CommandSpec kSpec{
     "Times every valid tactic of this GPU's arch for FC1 and FC2 (with K splits) at each token-count bucket,\n"
     "checks each against the CPU reference, and stores the fastest plans in the cache directory's tuned\n"
     "table for this device; 'mxmoe run', 'mxmoe bench' and the library's forward() then use them (a batch\n"
-    "takes the plan of the smallest tuned bucket at least its size).",
+    "takes the plan of the smallest tuned bucket at least its size; past the largest, the heuristic's).",
     kOptions};
 
 constexpr double kMaxRelativeError = 1e-2;
