@@ -5,9 +5,10 @@
 
 namespace mxmoe::kernels {
 
-// d += a * b; m16n8k16, bf16 inputs, fp32 accumulators (row-major A, column-major B).
+// d += a * b; m16n8k16, bf16 inputs, fp32 accumulators (row-major A, column-major B). Not volatile:
+// a pure function of registers, which the compiler may schedule around the dequantisation.
 __device__ __forceinline__ void mma_bf16_m16n8k16(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
-  asm volatile(
+  asm(
       "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
       "{%0, %1, %2, %3};\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])

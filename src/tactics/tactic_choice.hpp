@@ -14,7 +14,8 @@ void validate_plan(const MoeShape& shape, const LayerPlan& plan, const Arch& arc
 // The documented default (docs/tactics.md):
 //   rows per expert: expected ceil(T k / E), worst case T (a token adds at most one row per expert)
 //   GEMV while the worst case is at most 8 rows, or the expected count at most 2 (then an expert
-//   past 8 rows is rare, and the GEMV walks it in extra passes);
+//   past 8 rows is rare, and the GEMV walks it in extra passes): FC1 with 4 record columns per CTA
+//   below 4 tokens and 8 from 4 on, FC2 with 4 columns x 2 warps along K;
 //   otherwise 128-row tiles with the smallest token tile of 16, 32, 64, 128 covering the expected
 //   count (128 at most);
 //   FC2 on the GEMV splits K until its CTAs reach 2 per SM, counting the expected number of

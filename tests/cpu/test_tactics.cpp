@@ -97,22 +97,24 @@ struct Pin {
 // The heuristic's choices, pinned: rows per expert expected ceil(T k / E), worst case T.
 TEST(Heuristic, PinnedChoices) {
   const Pin pins[] = {
-      {"gpt-oss-20b", 1, "gemv.r64x8.w4x1.u4.k1", "gemv.r64x8.w4x1.u4.k2"},  // 4 experts x 45 CTAs < 2 per SM: split
-      {"gpt-oss-20b", 2, "gemv.r64x8.w4x1.u4.k1", "gemv.r64x8.w4x1.u4.k1"},
-      {"gpt-oss-20b", 8, "gemv.r64x8.w4x1.u4.k1", "gemv.r64x8.w4x1.u4.k1"},
-      {"gpt-oss-20b", 16, "gemv.r64x8.w4x1.u4.k1", "gemv.r64x8.w4x1.u4.k1"},   // expected 2 rows
+      {"gpt-oss-20b", 1, "gemv.r64x8.w4x1.u4.k1", "gemv.r64x8.w4x2.u4.k2"},   // 4 experts x 45 CTAs < 2 per SM: split
+      {"gpt-oss-20b", 2, "gemv.r64x8.w4x1.u4.k1", "gemv.r64x8.w4x2.u4.k1"},
+      {"gpt-oss-20b", 4, "gemv.r128x8.w8x1.u4.k1", "gemv.r64x8.w4x2.u4.k1"},
+      {"gpt-oss-20b", 8, "gemv.r128x8.w8x1.u4.k1", "gemv.r64x8.w4x2.u4.k1"},
+      {"gpt-oss-20b", 16, "gemv.r128x8.w8x1.u4.k1", "gemv.r64x8.w4x2.u4.k1"},  // expected 2 rows
       {"gpt-oss-20b", 17, "mma.r128x16.w4x1.s4.k1", "mma.r128x16.w4x1.s4.k1"},
       {"gpt-oss-20b", 128, "mma.r128x16.w4x1.s4.k1", "mma.r128x16.w4x1.s4.k1"},
       {"gpt-oss-20b", 129, "mma.r128x32.w4x1.s4.k1", "mma.r128x32.w4x1.s4.k1"},
       {"gpt-oss-20b", 512, "mma.r128x64.w2x2.s3.k1", "mma.r128x64.w2x2.s3.k1"},
       {"gpt-oss-20b", 513, "mma.r128x128.w2x4.s3.k1", "mma.r128x128.w2x4.s3.k1"},
       {"gpt-oss-20b", 4096, "mma.r128x128.w2x4.s3.k1", "mma.r128x128.w2x4.s3.k1"},
-      {"gpt-oss-120b", 1, "gemv.r64x8.w4x1.u4.k1", "gemv.r64x8.w4x1.u4.k2"},
-      {"gpt-oss-120b", 64, "gemv.r64x8.w4x1.u4.k1", "gemv.r64x8.w4x1.u4.k1"},  // expected 2 rows
+      {"gpt-oss-120b", 1, "gemv.r64x8.w4x1.u4.k1", "gemv.r64x8.w4x2.u4.k2"},
+      {"gpt-oss-120b", 64, "gemv.r128x8.w8x1.u4.k1", "gemv.r64x8.w4x2.u4.k1"},  // expected 2 rows
       {"gpt-oss-120b", 65, "mma.r128x16.w4x1.s4.k1", "mma.r128x16.w4x1.s4.k1"},
       {"gpt-oss-120b", 1024, "mma.r128x32.w4x1.s4.k1", "mma.r128x32.w4x1.s4.k1"},
       {"gpt-oss-120b", 4096, "mma.r128x128.w2x4.s3.k1", "mma.r128x128.w2x4.s3.k1"},
   };
+
   const Arch& sm90 = arch_by_name("sm_90a");
   for (const auto& p : pins) {
     const LayerPlan plan = heuristic_plan(model_shape(p.model), p.tokens, sm90, kH100Sms);
