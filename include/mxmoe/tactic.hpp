@@ -12,6 +12,7 @@ namespace mxmoe {
 enum class KernelFamily {
   kGemv,     // weights streamed global -> registers, <= 8 rows per expert per pass (decode)
   kMmaTile,  // weights and activations staged through a cp.async pipeline, tiles of 16-128 rows
+  kGemvRing, // as kGemv, the weights streamed into a shared-memory ring by bulk copies
 };
 
 enum class Stage { kFc1, kFc2 };
@@ -22,11 +23,11 @@ struct Tactic {
   int tile_tokens = 8;    // sorted rows (token copies) per CTA tile
   int warps_rows = 4;     // warp grid over the CTA tile
   int warps_tokens = 1;
-  int stages = 4;         // GEMV: records in flight per lane; tiled: cp.async stages
+  int stages = 4;         // GEMV: records per register batch; tiled: cp.async stages; ring: ring slots
   int k_split = 1;        // K split into this many partial sums (FC2 only); a launch parameter
 
   int warps() const { return warps_rows * warps_tokens; }
-  std::string name() const;  // "gemv.r64.w4.u4.k1", "mma.r128x32.w4x1.s4.k1"
+  std::string name() const;  // "gemv.r64x8.w4x1.u4.k1", "mma.r128x32.w4x1.s4.k1", "ring.r64x8.w4.s6.k1"
   // The tactic with k_split = 1: what the compiled binary depends on.
   Tactic binary() const;
   bool operator==(const Tactic&) const = default;

@@ -24,7 +24,11 @@ CompileRequest compile_request(const Tactic& tactic, const Arch& arch) {
   // One module per tactic holds both stages: FC1 (SwiGLU epilogue) first, then FC2.
   const std::string n = std::to_string(t.warps_rows);
   for (const char* fc1 : {"true", "false"}) {
-    if (t.family == KernelFamily::kGemv) {
+    if (t.family == KernelFamily::kGemvRing) {
+      r.source = "#include \"kernels/expert_gemv_ring.cuh\"\n";
+      r.name_expressions.push_back("&mxmoe::kernels::expert_gemv_ring_kernel<" + n + ", " +
+                                   std::to_string(t.tile_tokens) + ", " + fc1 + ", " + std::to_string(t.stages) + ">");
+    } else if (t.family == KernelFamily::kGemv) {
       r.source = "#include \"kernels/expert_gemv.cuh\"\n";
       r.name_expressions.push_back("&mxmoe::kernels::expert_gemv_kernel<" + n + ", " + std::to_string(t.warps_tokens) +
                                    ", " + std::to_string(t.tile_tokens) + ", " + fc1 + ", " + std::to_string(t.stages) + ">");

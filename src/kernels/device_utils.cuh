@@ -44,6 +44,32 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
 }
 
+// mbarrier-completed bulk copies (sm_90+): `bytes` (a multiple of 16, 16-byte aligned ends) from
+// global memory to this CTA's shared memory, counted against the barrier's transaction bytes.
+__device__ __forceinline__ void mbarrier_init(unsigned barrier, unsigned arrivals) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(barrier), "r"(arrivals) : "memory");
+}
+__device__ __forceinline__ void fence_mbarrier_init() { asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
+__device__ __forceinline__ void bulk_copy_to_shared(unsigned destination, const void* source, unsigned bytes,
+                                                    unsigned barrier) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(barrier), "r"(bytes) : "memory");
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+                   destination),
+               "l"(source), "r"(bytes), "r"(barrier)
+               : "memory");
+}
+// Spins until the barrier's phase of parity `parity` has completed.
+__device__ __forceinline__ void mbarrier_wait(unsigned barrier, unsigned parity) {
+  unsigned done = 0;
+  while (!done) {
+    asm volatile(
+        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(barrier), "r"(parity)
+        : "memory");
+  }
+}
+
 // Streamed weights: read once, so keep them out of L1.
 __device__ __forceinline__ uint4 load_stream_16(const void* p) {
   uint4 v;

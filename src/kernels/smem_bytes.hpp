@@ -13,6 +13,13 @@ constexpr int gemv_smem_bytes(int tokens, int k_tiles, int k_split, int columns,
   return tokens * ((k_tiles + k_split - 1) / k_split * 64 + 8) * 2 + columns * (warps_k - 1) * 32 * tokens / 2 * 4;
 }
 
+// Ring GEMV: the staged activations, then per warp `stages` chunks of 4 records and a barrier each.
+constexpr int kRingChunkRecords = 4;
+constexpr int ring_smem_bytes(int tokens, int k_tiles, int k_split, int columns, int stages) {
+  return tokens * ((k_tiles + k_split - 1) / k_split * 64 + 8) * 2 +
+         columns * stages * (kRingChunkRecords * kSmemRecordBytes + 8);
+}
+
 // Tiled: `stages` copies of (records of tile_rows rows + tile_tokens activation rows), plus each
 // token's 8-byte source row offset.
 constexpr int mma_tile_stage_bytes(int tile_rows, int tile_tokens) {

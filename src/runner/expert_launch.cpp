@@ -19,7 +19,11 @@ void launch_expert_gemm(Stage stage, const Tactic& tactic, const kernels::Expert
   const unsigned row_tiles = static_cast<unsigned>(args.rows / 16);
   dim3 grid;
   int smem = 0;
-  if (tactic.family == KernelFamily::kGemv) {
+  if (tactic.family == KernelFamily::kGemvRing) {
+    const unsigned columns = static_cast<unsigned>(tactic.warps_rows);
+    grid = dim3((row_tiles + columns - 1) / columns, max_active, static_cast<unsigned>(k_split));
+    smem = kernels::ring_smem_bytes(tactic.tile_tokens, args.k_tiles, k_split, tactic.warps_rows, tactic.stages);
+  } else if (tactic.family == KernelFamily::kGemv) {
     const unsigned columns = static_cast<unsigned>(tactic.warps_rows);
     grid = dim3((row_tiles + columns - 1) / columns, max_active, static_cast<unsigned>(k_split));
     smem = kernels::gemv_smem_bytes(tactic.tile_tokens, args.k_tiles, k_split, tactic.warps_rows, tactic.warps_tokens);

@@ -40,9 +40,9 @@ const ExpertKernels& expert_kernels(const Tactic& tactic) {
   for (int i = 0; i < 2; ++i) {
     cuda_check(cudaLibraryGetKernel(&kernels[i], library, binary.kernel_names[i].c_str()),
                "finding " + binary.kernel_names[i]);
-    // The GEMV's shared memory grows with K (known only at launch): allow the device's whole
+    // The GEMVs' shared memory grows with K (known only at launch): allow the device's whole
     // opt-in amount; a tile kernel needs exactly its stages.
-    const int smem = binary_tactic.family == KernelFamily::kGemv
+    const int smem = binary_tactic.family != KernelFamily::kMmaTile
                          ? d.arch->smem_per_block
                          : kernels::mma_tile_smem_bytes(binary_tactic.tile_rows, binary_tactic.tile_tokens,
                                                         binary_tactic.stages);

@@ -38,6 +38,10 @@ int take_number(std::string_view& text, std::string_view prefix, std::string_vie
 
 std::string Tactic::name() const {
   const std::string split = ".k" + std::to_string(k_split);
+  if (family == KernelFamily::kGemvRing) {
+    return "ring.r" + std::to_string(tile_rows) + "x" + std::to_string(tile_tokens) + ".w" + std::to_string(warps_rows) +
+           ".s" + std::to_string(stages) + split;
+  }
   if (family == KernelFamily::kGemv) {
     return "gemv.r" + std::to_string(tile_rows) + "x" + std::to_string(tile_tokens) + ".w" + std::to_string(warps_rows) +
            "x" + std::to_string(warps_tokens) + ".u" + std::to_string(stages) + split;
@@ -63,6 +67,14 @@ Tactic parse_tactic(std::string_view name) {
     t.warps_rows = take_number(rest, ".w", name);
     t.warps_tokens = take_number(rest, "x", name);
     t.stages = take_number(rest, ".u", name);
+  } else if (rest.substr(0, 5) == "ring.") {
+    rest.remove_prefix(4);
+    t.family = KernelFamily::kGemvRing;
+    t.tile_rows = take_number(rest, ".r", name);
+    t.tile_tokens = take_number(rest, "x", name);
+    t.warps_rows = take_number(rest, ".w", name);
+    t.warps_tokens = 1;
+    t.stages = take_number(rest, ".s", name);
   } else if (rest.substr(0, 4) == "mma.") {
     rest.remove_prefix(3);
     t.family = KernelFamily::kMmaTile;
@@ -72,7 +84,7 @@ Tactic parse_tactic(std::string_view name) {
     t.warps_tokens = take_number(rest, "x", name);
     t.stages = take_number(rest, ".s", name);
   } else {
-    throw Error("malformed tactic '" + std::string(name) + "': expected 'gemv.' or 'mma.'");
+    throw Error("malformed tactic '" + std::string(name) + "': expected 'gemv.', 'ring.' or 'mma.'");
   }
   t.k_split = take_number(rest, ".k", name);
   if (!rest.empty()) throw Error("malformed tactic '" + std::string(name) + "': trailing '" + std::string(rest) + "'");
@@ -92,9 +104,13 @@ void validate_plan(const MoeShape& shape, const LayerPlan& plan, const Arch& arc
       throw Error(which + " tactic " + tactic.name() + ": k_split must be in [1, " + std::to_string(max_split) + "]" +
                   (stage == Stage::kFc1 ? " (FC1's SwiGLU needs whole sums)" : ""));
     }
-    if (tactic.family == KernelFamily::kGemv &&
-        kernels::gemv_smem_bytes(tactic.tile_tokens, k_tiles, tactic.k_split, tactic.warps_rows, tactic.warps_tokens) >
-            arch.smem_per_block) {
+    const int smem =
+        tactic.family == KernelFamily::kGemv
+            ? kernels::gemv_smem_bytes(tactic.tile_tokens, k_tiles, tactic.k_split, tactic.warps_rows, tactic.warps_tokens)
+        : tactic.family == KernelFamily::kGemvRing
+            ? kernels::ring_smem_bytes(tactic.tile_tokens, k_tiles, tactic.k_split, tactic.warps_rows, tactic.stages)
+            : 0;
+    if (smem > arch.smem_per_block) {
       throw Error(which + " tactic " + tactic.name() + ": K = " + std::to_string(k_tiles * 64) +
                   " needs more shared memory than " + std::string(arch.name) + " has; use a K split or a tiled tactic");
     }

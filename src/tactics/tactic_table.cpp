@@ -15,13 +15,18 @@ struct Candidate {
 
 constexpr KernelFamily kGemv = KernelFamily::kGemv;
 constexpr KernelFamily kMma = KernelFamily::kMmaTile;
+constexpr KernelFamily kRing = KernelFamily::kGemvRing;
 
 // Budgets per thread: accumulators (fp32) and dequantised weight fragments (bf16x2), each at most
 // 64 registers, so that a CTA of 8 warps keeps two CTAs' worth of registers per SM free of spills.
 constexpr int kMaxAccumulators = 64;
 constexpr int kMaxFragmentRegisters = 64;
 
-const std::array<Candidate, 21> kCandidates{{
+const std::array<Candidate, 25> kCandidates{{
+    {{kRing, 64, 8, 4, 1, 6, 1}, "decode, weights by bulk copy into a 6-slot ring per warp: ~11 KB in flight, no registers"},
+    {{kRing, 32, 8, 2, 1, 8, 1}, "decode, ring with small CTAs: more CTAs per SM for a 1-token step"},
+    {{kRing, 128, 8, 8, 1, 4, 1}, "decode, ring with 8-warp CTAs sharing one activation staging"},
+    {{kRing, 64, 16, 4, 1, 4, 1}, "9-16 rows per expert through the ring"},
     {{kGemv, 64, 8, 4, 1, 4, 1}, "decode default: 64 rows per CTA, 4-8 records (2-4 KB per warp) in flight"},
     {{kGemv, 64, 8, 4, 1, 8, 1}, "decode, deeper: 8-16 records in flight per lane, for more bytes in flight per SM"},
     {{kGemv, 32, 8, 2, 1, 8, 1}, "decode, small CTAs: twice the CTAs, for the few experts a 1-token step touches"},
@@ -48,6 +53,13 @@ const std::array<Candidate, 21> kCandidates{{
 // Empty when `t` can run on `arch`; otherwise the first rule it breaks.
 std::string why_invalid(const Tactic& t, const Arch& arch) {
   if (t.warps_rows < 1 || t.warps_tokens < 1 || t.warps() > 16) return "1 to 16 warps per CTA";
+  if (t.family == KernelFamily::kGemvRing) {
+    if ((t.tile_tokens != 8 && t.tile_tokens != 16) || t.warps_tokens != 1 || t.tile_rows != 16 * t.warps_rows) {
+      return "a ring GEMV CTA is one 16-row record column per warp over 8 or 16 tokens";
+    }
+    if (t.stages < 2 || t.stages > 16) return "2 to 16 ring slots per warp";
+    return "";
+  }
   if (t.family == KernelFamily::kGemv) {
     if ((t.tile_tokens != 8 && t.tile_tokens != 16) || t.tile_rows != 16 * t.warps_rows) {
       return "a GEMV CTA is 16-row record columns (one per warp along rows) over 8 or 16 tokens";

@@ -29,7 +29,7 @@ TEST(TacticTable, ValidEntriesObeyTheRulesAndInvalidOnesSayWhy) {
       if (!e.invalid.empty()) continue;
       const Tactic& t = e.tactic;
       EXPECT_LE(t.warps(), 16);
-      if (t.family == KernelFamily::kGemv) {
+      if (t.family != KernelFamily::kMmaTile) {
         ++valid_gemv;
         EXPECT_EQ(t.tile_rows, 16 * t.warps_rows);
         EXPECT_TRUE(t.tile_tokens == 8 || t.tile_tokens == 16);

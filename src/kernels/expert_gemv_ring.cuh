@@ -1,0 +1,127 @@
+// The ring GEMV: the GEMV family's work (one 16-row record column of one touched expert per warp,
+// the expert's <= kTokens tokens staged once per CTA), with the weight stream moved out of
+// registers. Each warp owns a kStages-deep ring of 4-record chunks in shared memory; its lane 0
+// keeps kStages chunks in flight with cp.async.bulk copies that complete on one mbarrier per slot,
+// and the warp consumes a chunk as soon as its barrier's phase flips, refilling the slot behind
+// it. A warp so holds (kStages - 1) x 2176 bytes in flight while needing no registers for them,
+// which lets an SM run the warps that hide the dequantisation chains.
+//
+// Grid and budget as for the register GEMV (expert_gemv.cuh); the first kStages chunks are issued
+// before the activations are staged, and FC2 issues them before waiting on FC1.
+#pragma once
+
+#include "kernels/expert_gemm.cuh"
+#include "kernels/smem_bytes.hpp"
+
+namespace mxmoe::kernels {
+
+template <int kColumns, int kTokens, bool kFc1, int kStages>
+__global__ void __launch_bounds__(kColumns * 32) expert_gemv_ring_kernel(ExpertGemmArgs args, int k_split) {
+  static_assert(kTokens == 8 || kTokens == 16, "8 or 16 tokens per pass");
+  constexpr int kChunkBytes = kRingChunkRecords * kRecordBytes;
+  unsigned char* smem = dynamic_smem();
+  auto* staged = reinterpret_cast<unsigned short*>(smem);
+  const auto* input = static_cast<const unsigned short*>(args.input);
+  if constexpr (kFc1) {
+    wait_for_prerequisite_grids();  // the routing
+    allow_dependent_grids();
+  }
+  const int slot = blockIdx.y;
+  if (slot >= args.active_experts[args.num_experts]) return;
+  const int expert = args.active_experts[slot];
+  const int first_row = args.expert_offsets[expert];
+  const int count = args.expert_offsets[expert + 1] - first_row;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int row_tiles = args.rows / kRecordRows;
+  const int row_tile = blockIdx.x * kColumns + warp;
+  const bool streams = row_tile < row_tiles;
+  const int split = blockIdx.z;
+  const int kt_begin = split * args.k_tiles / k_split, kt_end = (split + 1) * args.k_tiles / k_split;
+  const int records = kt_end - kt_begin;
+  const int chunks = (records + kRingChunkRecords - 1) / kRingChunkRecords;
+  const int k_begin = kt_begin * kRecordK, k_len = records * kRecordK;
+  const int row_stride = k_len + 8;
+  const unsigned char* column =
+      args.records + ((static_cast<long long>(expert) * row_tiles + row_tile) * args.k_tiles + kt_begin) * kRecordBytes;
+  unsigned char* ring = smem + kTokens * row_stride * 2 + warp * kStages * kChunkBytes;
+  const unsigned ring_address = shared_address(ring);
+  const unsigned barriers =
+      shared_address(smem + kTokens * row_stride * 2 + kColumns * kStages * kChunkBytes) + warp * kStages * 8;
+  const unsigned short* b_row = staged + (lane % 8) * row_stride + 8 * (lane / 8);
+
+  if (lane == 0) {
+    for (int s = 0; s < kStages; ++s) mbarrier_init(barriers + 8 * s, 1);
+    fence_mbarrier_init();
+  }
+  __syncwarp();
+  // Chunks are issued and consumed in one sequence per warp, across token groups: the i-th chunk
+  // goes to slot i % kStages, in that slot's (i / kStages)-th phase.
+  unsigned issued = 0, consumed = 0;
+  auto issue = [&](int chunk) {
+    const int first = chunk * kRingChunkRecords;
+    const unsigned bytes = static_cast<unsigned>(min(kRingChunkRecords, records - first) * kRecordBytes);
+    const unsigned s = issued++ % kStages;
+    bulk_copy_to_shared(ring_address + s * kChunkBytes, column + static_cast<long long>(first) * kRecordBytes, bytes,
+                        barriers + 8 * s);
+  };
+  auto fill = [&] {
+    if (streams && lane == 0) {
+      for (int c = 0; c < min(kStages, chunks); ++c) issue(c);
+    }
+  };
+  fill();
+  if constexpr (!kFc1) {
+    wait_for_prerequisite_grids();  // FC1's activations
+    allow_dependent_grids();
+  }
+  for (int group = 0; group < count; group += kTokens) {
+    const int tokens = min(kTokens, count - group);
+    if (group > 0) {
+      __syncthreads();  // the previous group's MMAs are done with `staged`
+      fill();
+    }
+    const int chunks_per_row = k_len / 8;
+    for (int c = threadIdx.x; c < kTokens * chunks_per_row; c += blockDim.x) {
+      const int r = c / chunks_per_row, k = k_begin + 8 * (c % chunks_per_row);
+      uint4 v = make_uint4(0, 0, 0, 0);
+      if (r < tokens && k < args.k) {
+        v = *reinterpret_cast<const uint4*>(input + input_row<kFc1>(args, first_row + group + r) * args.k + k);
+      }
+      *reinterpret_cast<uint4*>(staged + r * row_stride + (k - k_begin)) = v;
+    }
+    __syncthreads();
+    if (!streams) continue;
+
+    float acc[kTokens / 8][4] = {};
+    for (int chunk = 0; chunk < chunks; ++chunk) {
+      const unsigned s = consumed % kStages;
+      mbarrier_wait(barriers + 8 * s, (consumed / kStages) & 1);
+      ++consumed;
+      const unsigned char* records_in_slot = ring + s * kChunkBytes;
+#pragma unroll
+      for (int u = 0; u < kRingChunkRecords; ++u) {
+        const int record = chunk * kRingChunkRecords + u;
+        if (record < records) {
+          const unsigned char* r = records_in_slot + u * kRecordBytes;
+          unsigned a[4][4];
+          dequantize_record(*reinterpret_cast<const uint4*>(r + 16 * lane),
+                            *reinterpret_cast<const unsigned*>(r + kRecordValueBytes + 4 * (lane / 4)), a);
+#pragma unroll
+          for (int t = 0; t < kTokens / 8; ++t) {
+            unsigned b[8];
+            load_token_fragments(b, b_row + 8 * t * row_stride + record * kRecordK);
+            mma_record(acc[t], a, b);
+          }
+        }
+      }
+      __syncwarp();  // every lane is done reading the slot before it is refilled
+      if (lane == 0 && chunk + kStages < chunks) issue(chunk + kStages);
+    }
+#pragma unroll
+    for (int t = 0; t < kTokens / 8; ++t) {
+      store_accumulators<kFc1>(args, acc[t], expert, row_tile, first_row + group + 8 * t, tokens - 8 * t, split);
+    }
+  }
+}
+
+}  // namespace mxmoe::kernels
