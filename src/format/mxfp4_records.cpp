@@ -50,29 +50,40 @@ void check(const RecordGeometry& g, size_t blocks, size_t scales, size_t records
   }
 }
 
-// Visits every (record byte address, checkpoint element) pair of one row tile of one expert.
+// Calls value(byte, shift, element) for every nibble of every record, where `element` is the
+// checkpoint element the nibble holds (its index in [experts, rows, K]) or -1 in the K padding, and
+// scale(byte, block) for every scale byte, `block` being the checkpoint scale index or -1. Runs in
+// parallel over (expert, row tile); items own disjoint checkpoint rows (a row tile holds 16 whole
+// rows in either order), so read-modify-writes of shared nibble bytes never cross items.
 template <typename Value, typename Scale>
-void walk_row_tile(const RecordGeometry& g, RowOrder order, int expert, int row_tile, Value value, Scale scale) {
-  for (int kt = 0; kt < g.k_tiles(); ++kt) {
-    const size_t record = (static_cast<size_t>(expert) * g.row_tiles() + row_tile) * g.k_tiles() + kt;
-    for (int lane = 0; lane < 32; ++lane) {
-      for (int j = 0; j < 4; ++j) {
-        for (int nibble = 0; nibble < 8; ++nibble) {
-          const Element e = element_of(lane, j, nibble);
-          const int k = 64 * kt + e.k;
-          const size_t byte = record * kRecordBytes + 16 * lane + 4 * j + nibble / 2;
-          value(byte, 4 * (nibble % 2), g.checkpoint_row(16 * row_tile + e.row, order), k);
+void walk_records(const RecordGeometry& g, RowOrder order, Value value, Scale scale) {
+  parallel_for(static_cast<size_t>(g.experts) * g.row_tiles(), 0, [&](size_t item) {
+    const size_t row0 = (item / g.row_tiles()) * g.rows;  // the expert's first checkpoint row
+    const int row_tile = static_cast<int>(item % g.row_tiles());
+    const size_t first_record = item * g.k_tiles();
+    auto element_at = [&](int packed_row, int k) -> long long {
+      if (k >= g.k) return -1;
+      return static_cast<long long>((row0 + g.checkpoint_row(16 * row_tile + packed_row, order)) * g.k + k);
+    };
+    for (int kt = 0; kt < g.k_tiles(); ++kt) {
+      const size_t record = first_record + kt;
+      for (int lane = 0; lane < 32; ++lane) {
+        for (int j = 0; j < 4; ++j) {
+          for (int nibble = 0; nibble < 8; ++nibble) {
+            const Element e = element_of(lane, j, nibble);
+            value(record * kRecordBytes + 16 * lane + 4 * j + nibble / 2, 4 * (nibble % 2), element_at(e.row, 64 * kt + e.k));
+          }
+        }
+      }
+      for (int quad = 0; quad < 8; ++quad) {
+        for (int b = 0; b < 4; ++b) {
+          const Element e = scale_of(quad, b);
+          const long long element = element_at(e.row, 64 * kt + e.k);
+          scale(record * kRecordBytes + kRecordValueBytes + 4 * quad + b, element < 0 ? -1 : element / kMxBlock);
         }
       }
     }
-    for (int quad = 0; quad < 8; ++quad) {
-      for (int b = 0; b < 4; ++b) {
-        const Element e = scale_of(quad, b);
-        scale(record * kRecordBytes + kRecordValueBytes + 4 * quad + b,
-              g.checkpoint_row(16 * row_tile + e.row, order), 64 * kt + e.k);
-      }
-    }
-  }
+  });
 }
 
 }  // namespace
@@ -87,23 +98,14 @@ std::vector<uint8_t> pack_records(const RecordGeometry& g, RowOrder order, std::
                                   std::span<const uint8_t> scales) {
   check(g, blocks.size(), scales.size(), g.bytes());
   std::vector<uint8_t> records(g.bytes(), 0);
-  const size_t row_values = g.k;
-  parallel_for(static_cast<size_t>(g.experts) * g.row_tiles(), 0, [&](size_t item) {
-    const int expert = static_cast<int>(item / g.row_tiles()), row_tile = static_cast<int>(item % g.row_tiles());
-    const size_t expert_row0 = static_cast<size_t>(expert) * g.rows;
-    walk_row_tile(
-        g, order, expert, row_tile,
-        [&](size_t byte, int shift, int row, int k) {
-          if (k >= g.k) return;  // K padding stays zero
-          const size_t element = (expert_row0 + row) * row_values + k;
-          const uint8_t code = (blocks[element / 2] >> (4 * (element % 2))) & 0xF;
-          records[byte] |= static_cast<uint8_t>(code << shift);
-        },
-        [&](size_t byte, int row, int k) {
-          records[byte] = k >= g.k ? static_cast<uint8_t>(kE8m0Bias)
-                                   : scales[((expert_row0 + row) * row_values + k) / kMxBlock];
-        });
-  });
+  walk_records(
+      g, order,
+      [&](size_t byte, int shift, long long element) {
+        if (element < 0) return;  // K padding stays zero
+        const uint8_t code = (blocks[element / 2] >> (4 * (element % 2))) & 0xF;
+        records[byte] |= static_cast<uint8_t>(code << shift);
+      },
+      [&](size_t byte, long long block) { records[byte] = block < 0 ? static_cast<uint8_t>(kE8m0Bias) : scales[block]; });
   return records;
 }
 
@@ -111,23 +113,14 @@ void unpack_records(const RecordGeometry& g, RowOrder order, std::span<const uin
                     std::span<uint8_t> blocks, std::span<uint8_t> scales) {
   check(g, blocks.size(), scales.size(), records.size());
   std::memset(blocks.data(), 0, blocks.size());
-  const size_t row_values = g.k;
-  // Items own disjoint checkpoint rows (a row tile holds 16 whole rows in either order), so the
-  // read-modify-writes of shared nibble bytes never cross items.
-  parallel_for(static_cast<size_t>(g.experts) * g.row_tiles(), 0, [&](size_t item) {
-    const int expert = static_cast<int>(item / g.row_tiles()), row_tile = static_cast<int>(item % g.row_tiles());
-    const size_t expert_row0 = static_cast<size_t>(expert) * g.rows;
-    walk_row_tile(
-        g, order, expert, row_tile,
-        [&](size_t byte, int shift, int row, int k) {
-          if (k >= g.k) return;
-          const size_t element = (expert_row0 + row) * row_values + k;
-          blocks[element / 2] |= static_cast<uint8_t>(((records[byte] >> shift) & 0xF) << (4 * (element % 2)));
-        },
-        [&](size_t byte, int row, int k) {
-          if (k < g.k) scales[((expert_row0 + row) * row_values + k) / kMxBlock] = records[byte];
-        });
-  });
+  walk_records(
+      g, order,
+      [&](size_t byte, int shift, long long element) {
+        if (element >= 0) blocks[element / 2] |= static_cast<uint8_t>(((records[byte] >> shift) & 0xF) << (4 * (element % 2)));
+      },
+      [&](size_t byte, long long block) {
+        if (block >= 0) scales[block] = records[byte];
+      });
 }
 
 std::vector<float> pack_row_vector(const RecordGeometry& g, RowOrder order, std::span<const uint16_t> bf16_bits) {

@@ -62,6 +62,56 @@ __device__ __forceinline__ long long input_row(const ExpertGemmArgs& args, int r
   return kFc1 ? args.sorted_pairs[row] / args.top_k : row;
 }
 
+// What a CTA of the GEMV-style families works on: one active expert (grid y: the slot in the
+// routing's active list, an upper bound, so a CTA may find none) and one K split (grid z) of its
+// record columns, with the token rows staged in shared memory at `row_stride` (bf16; 16 bytes past
+// the K range, which puts ldmatrix's 8 rows in distinct banks).
+struct GemvWork {
+  int expert = -1;  // none for this CTA
+  int first_row, count;
+  int row_tiles, kt_begin, records;
+  int k_begin, k_len, row_stride;
+
+  __device__ __forceinline__ const unsigned char* column(const ExpertGemmArgs& args, int row_tile) const {
+    return args.records +
+           ((static_cast<long long>(expert) * row_tiles + row_tile) * args.k_tiles + kt_begin) * kRecordBytes;
+  }
+};
+
+// Reads the routing: call it after FC1's wait for the routing.
+__device__ __forceinline__ GemvWork gemv_work(const ExpertGemmArgs& args, int k_split) {
+  GemvWork w;
+  const int slot = blockIdx.y;
+  if (slot >= args.active_experts[args.num_experts]) return w;
+  w.expert = args.active_experts[slot];
+  w.first_row = args.expert_offsets[w.expert];
+  w.count = args.expert_offsets[w.expert + 1] - w.first_row;
+  w.row_tiles = args.rows / kRecordRows;
+  w.kt_begin = blockIdx.z * args.k_tiles / k_split;
+  w.records = (blockIdx.z + 1) * args.k_tiles / k_split - w.kt_begin;
+  w.k_begin = w.kt_begin * kRecordK;
+  w.k_len = w.records * kRecordK;
+  w.row_stride = w.k_len + 8;
+  return w;
+}
+
+// Stages sorted rows [first_row + group, + tokens) of the input over the work's K range into rows
+// 0..kTokens-1 of `staged`, zeros past `tokens` and past K. The whole CTA takes part.
+template <bool kFc1, int kTokens>
+__device__ __forceinline__ void stage_token_rows(const ExpertGemmArgs& args, const GemvWork& w, int group, int tokens,
+                                                 unsigned short* staged) {
+  const auto* input = static_cast<const unsigned short*>(args.input);
+  const int chunks_per_row = w.k_len / 8;
+  for (int c = threadIdx.x; c < kTokens * chunks_per_row; c += blockDim.x) {
+    const int r = c / chunks_per_row, k = w.k_begin + 8 * (c % chunks_per_row);
+    uint4 v = make_uint4(0, 0, 0, 0);
+    if (r < tokens && k < args.k) {
+      v = *reinterpret_cast<const uint4*>(input + input_row<kFc1>(args, w.first_row + group + r) * args.k + k);
+    }
+    *reinterpret_cast<uint4*>(staged + r * w.row_stride + (k - w.k_begin)) = v;
+  }
+}
+
 // The B fragments of one 8-token tile over a record's 64 K: `b_row` is this lane's ldmatrix row
 // address (token lane % 8, K offset 8 * (lane / 8)) at the record's first K; b[2 j], b[2 j + 1]
 // feed k-step j.

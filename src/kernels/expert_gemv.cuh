@@ -69,31 +69,21 @@ __global__ void __launch_bounds__(kColumns * kWarpsK * 32) expert_gemv_kernel(Ex
   static_assert(kTokens == 8 || kTokens == 16, "8 or 16 tokens per pass");
   constexpr int kAccumulators = kTokens / 8 * 4;
   auto* staged = reinterpret_cast<unsigned short*>(dynamic_smem());
-  const auto* input = static_cast<const unsigned short*>(args.input);
   if constexpr (kFc1) {
     wait_for_prerequisite_grids();  // the routing
     allow_dependent_grids();
   }
-  const int slot = blockIdx.y;
-  if (slot >= args.active_experts[args.num_experts]) return;
-  const int expert = args.active_experts[slot];
-  const int first_row = args.expert_offsets[expert];
-  const int count = args.expert_offsets[expert + 1] - first_row;
+  const GemvWork w = gemv_work(args, k_split);
+  if (w.expert < 0) return;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int column_in_cta = warp % kColumns, k_part = warp / kColumns;
-  const int row_tiles = args.rows / kRecordRows;
   const int row_tile = blockIdx.x * kColumns + column_in_cta;
-  const bool streams = row_tile < row_tiles;
-  const int split = blockIdx.z;
-  const int kt_begin = split * args.k_tiles / k_split, kt_end = (split + 1) * args.k_tiles / k_split;
-  const int records_in_split = kt_end - kt_begin;
-  const int k_begin = kt_begin * kRecordK, k_len = records_in_split * kRecordK;
-  const int row_stride = k_len + 8;  // bf16; the extra 16 bytes put ldmatrix's 8 rows in distinct banks
-  // This warp's records of the split: [first_record, end_record), relative to kt_begin.
-  const int first_record = k_part * records_in_split / kWarpsK;
-  const int end_record = (k_part + 1) * records_in_split / kWarpsK;
-  const unsigned char* column =
-      args.records + ((static_cast<long long>(expert) * row_tiles + row_tile) * args.k_tiles + kt_begin) * kRecordBytes;
+  const bool streams = row_tile < w.row_tiles;
+  const int row_stride = w.row_stride;
+  // This warp's records of the split: [first_record, end_record), relative to the split's first.
+  const int first_record = k_part * w.records / kWarpsK;
+  const int end_record = (k_part + 1) * w.records / kWarpsK;
+  const unsigned char* column = w.column(args, row_tile);
   const unsigned short* b_row = staged + (lane % 8) * row_stride + 8 * (lane / 8);
   auto* partial = reinterpret_cast<float*>(staged + kTokens * row_stride);  // [kWarpsK - 1][kColumns][32][acc]
 
@@ -103,21 +93,13 @@ __global__ void __launch_bounds__(kColumns * kWarpsK * 32) expert_gemv_kernel(Ex
     wait_for_prerequisite_grids();  // FC1's activations
     allow_dependent_grids();
   }
-  for (int group = 0; group < count; group += kTokens) {
-    const int tokens = min(kTokens, count - group);
+  for (int group = 0; group < w.count; group += kTokens) {
+    const int tokens = min(kTokens, w.count - group);
     if (group > 0) {
       __syncthreads();  // the previous group's MMAs and sums are done with `staged` and `partial`
       batch_a.load(column, first_record, end_record, streams, lane);
     }
-    const int chunks_per_row = k_len / 8;
-    for (int c = threadIdx.x; c < kTokens * chunks_per_row; c += blockDim.x) {
-      const int r = c / chunks_per_row, k = k_begin + 8 * (c % chunks_per_row);
-      uint4 v = make_uint4(0, 0, 0, 0);
-      if (r < tokens && k < args.k) {
-        v = *reinterpret_cast<const uint4*>(input + input_row<kFc1>(args, first_row + group + r) * args.k + k);
-      }
-      *reinterpret_cast<uint4*>(staged + r * row_stride + (k - k_begin)) = v;
-    }
+    stage_token_rows<kFc1, kTokens>(args, w, group, tokens, staged);
     __syncthreads();
 
     float acc[kTokens / 8][4] = {};
@@ -153,7 +135,8 @@ __global__ void __launch_bounds__(kColumns * kWarpsK * 32) expert_gemv_kernel(Ex
     if (!streams) continue;
 #pragma unroll
     for (int t = 0; t < kTokens / 8; ++t) {
-      store_accumulators<kFc1>(args, acc[t], expert, row_tile, first_row + group + 8 * t, tokens - 8 * t, split);
+      store_accumulators<kFc1>(args, acc[t], w.expert, row_tile, w.first_row + group + 8 * t, tokens - 8 * t,
+                               blockIdx.z);
     }
   }
 }

@@ -21,28 +21,19 @@ __global__ void __launch_bounds__(kColumns * 32) expert_gemv_ring_kernel(ExpertG
   constexpr int kChunkBytes = kRingChunkRecords * kRecordBytes;
   unsigned char* smem = dynamic_smem();
   auto* staged = reinterpret_cast<unsigned short*>(smem);
-  const auto* input = static_cast<const unsigned short*>(args.input);
   if constexpr (kFc1) {
     wait_for_prerequisite_grids();  // the routing
     allow_dependent_grids();
   }
-  const int slot = blockIdx.y;
-  if (slot >= args.active_experts[args.num_experts]) return;
-  const int expert = args.active_experts[slot];
-  const int first_row = args.expert_offsets[expert];
-  const int count = args.expert_offsets[expert + 1] - first_row;
+  const GemvWork w = gemv_work(args, k_split);
+  if (w.expert < 0) return;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int row_tiles = args.rows / kRecordRows;
   const int row_tile = blockIdx.x * kColumns + warp;
-  const bool streams = row_tile < row_tiles;
-  const int split = blockIdx.z;
-  const int kt_begin = split * args.k_tiles / k_split, kt_end = (split + 1) * args.k_tiles / k_split;
-  const int records = kt_end - kt_begin;
+  const bool streams = row_tile < w.row_tiles;
+  const int records = w.records;
   const int chunks = (records + kRingChunkRecords - 1) / kRingChunkRecords;
-  const int k_begin = kt_begin * kRecordK, k_len = records * kRecordK;
-  const int row_stride = k_len + 8;
-  const unsigned char* column =
-      args.records + ((static_cast<long long>(expert) * row_tiles + row_tile) * args.k_tiles + kt_begin) * kRecordBytes;
+  const int row_stride = w.row_stride;
+  const unsigned char* column = w.column(args, row_tile);
   unsigned char* ring = smem + kTokens * row_stride * 2 + warp * kStages * kChunkBytes;
   const unsigned ring_address = shared_address(ring);
   const unsigned barriers =
@@ -74,21 +65,13 @@ __global__ void __launch_bounds__(kColumns * 32) expert_gemv_ring_kernel(ExpertG
     wait_for_prerequisite_grids();  // FC1's activations
     allow_dependent_grids();
   }
-  for (int group = 0; group < count; group += kTokens) {
-    const int tokens = min(kTokens, count - group);
+  for (int group = 0; group < w.count; group += kTokens) {
+    const int tokens = min(kTokens, w.count - group);
     if (group > 0) {
       __syncthreads();  // the previous group's MMAs are done with `staged`
       fill();
     }
-    const int chunks_per_row = k_len / 8;
-    for (int c = threadIdx.x; c < kTokens * chunks_per_row; c += blockDim.x) {
-      const int r = c / chunks_per_row, k = k_begin + 8 * (c % chunks_per_row);
-      uint4 v = make_uint4(0, 0, 0, 0);
-      if (r < tokens && k < args.k) {
-        v = *reinterpret_cast<const uint4*>(input + input_row<kFc1>(args, first_row + group + r) * args.k + k);
-      }
-      *reinterpret_cast<uint4*>(staged + r * row_stride + (k - k_begin)) = v;
-    }
+    stage_token_rows<kFc1, kTokens>(args, w, group, tokens, staged);
     __syncthreads();
     if (!streams) continue;
 
@@ -119,7 +102,8 @@ __global__ void __launch_bounds__(kColumns * 32) expert_gemv_ring_kernel(ExpertG
     }
 #pragma unroll
     for (int t = 0; t < kTokens / 8; ++t) {
-      store_accumulators<kFc1>(args, acc[t], expert, row_tile, first_row + group + 8 * t, tokens - 8 * t, split);
+      store_accumulators<kFc1>(args, acc[t], w.expert, row_tile, w.first_row + group + 8 * t, tokens - 8 * t,
+                               blockIdx.z);
     }
   }
 }

@@ -12,6 +12,28 @@ namespace mxmoe::kernels {
 constexpr int kLogitWarps = 8;   // experts per CTA, one per warp
 constexpr int kLogitTokens = 8;  // tokens per CTA
 
+// acc[t] += x[token0 + t] . W[expert] over the 8-element chunks first, first + step, ... of H, for
+// the first `tokens` of 8 tokens.
+__device__ __forceinline__ void accumulate_logits(float (&acc)[kLogitTokens], const __nv_bfloat16* x,
+                                                  const __nv_bfloat16* weight, int expert, int token0, int tokens,
+                                                  int hidden, int first, int step) {
+  for (int chunk = first; chunk < hidden / 8; chunk += step) {
+    const uint4 w = *reinterpret_cast<const uint4*>(weight + static_cast<long long>(expert) * hidden + 8 * chunk);
+    const unsigned w_words[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+    for (int t = 0; t < kLogitTokens; ++t) {
+      if (t >= tokens) break;
+      const uint4 v = *reinterpret_cast<const uint4*>(x + static_cast<long long>(token0 + t) * hidden + 8 * chunk);
+      const unsigned x_words[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        acc[t] += bf16_bits_to_float(x_words[i] & 0xFFFF) * bf16_bits_to_float(w_words[i] & 0xFFFF);
+        acc[t] += bf16_bits_to_float(x_words[i] >> 16) * bf16_bits_to_float(w_words[i] >> 16);
+      }
+    }
+  }
+}
+
 // logits [T, E] = x [T, H] . W [E, H]^T + b, fp32 accumulation. Grid: x = token groups of 8,
 // y = expert groups of 8.
 // Budget: reads W (E H 2 bytes) once per 8 tokens (from L2 after the first CTA) and x once per 8
@@ -27,21 +49,7 @@ __global__ void __launch_bounds__(kLogitWarps * 32)
   if (expert >= num_experts) return;
   const int tokens = min(kLogitTokens, num_tokens - token0);
   float acc[kLogitTokens] = {};
-  for (int chunk = lane; chunk < hidden / 8; chunk += 32) {
-    const uint4 w = *reinterpret_cast<const uint4*>(weight + static_cast<long long>(expert) * hidden + 8 * chunk);
-    const unsigned w_words[4] = {w.x, w.y, w.z, w.w};
-#pragma unroll
-    for (int t = 0; t < kLogitTokens; ++t) {
-      if (t >= tokens) break;
-      const uint4 v = *reinterpret_cast<const uint4*>(x + static_cast<long long>(token0 + t) * hidden + 8 * chunk);
-      const unsigned x_words[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        acc[t] += bf16_bits_to_float(x_words[i] & 0xFFFF) * bf16_bits_to_float(w_words[i] & 0xFFFF);
-        acc[t] += bf16_bits_to_float(x_words[i] >> 16) * bf16_bits_to_float(w_words[i] >> 16);
-      }
-    }
-  }
+  accumulate_logits(acc, x, weight, expert, token0, tokens, hidden, lane, 32);
 #pragma unroll
   for (int t = 0; t < kLogitTokens; ++t) {
     for (int offset = 16; offset > 0; offset /= 2) acc[t] += __shfl_xor_sync(0xffffffffu, acc[t], offset);
@@ -63,23 +71,8 @@ __global__ void __launch_bounds__(kLogitWarps * 32)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int expert = blockIdx.x, token0 = blockIdx.y * kLogitTokens;
   const int tokens = min(kLogitTokens, num_tokens - token0);
-  const int chunks = hidden / 8;
   float acc[kLogitTokens] = {};
-  for (int chunk = warp * 32 + lane; chunk < chunks; chunk += kLogitWarps * 32) {
-    const uint4 w = *reinterpret_cast<const uint4*>(weight + static_cast<long long>(expert) * hidden + 8 * chunk);
-    const unsigned w_words[4] = {w.x, w.y, w.z, w.w};
-#pragma unroll
-    for (int t = 0; t < kLogitTokens; ++t) {
-      if (t >= tokens) break;
-      const uint4 v = *reinterpret_cast<const uint4*>(x + static_cast<long long>(token0 + t) * hidden + 8 * chunk);
-      const unsigned x_words[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        acc[t] += bf16_bits_to_float(x_words[i] & 0xFFFF) * bf16_bits_to_float(w_words[i] & 0xFFFF);
-        acc[t] += bf16_bits_to_float(x_words[i] >> 16) * bf16_bits_to_float(w_words[i] >> 16);
-      }
-    }
-  }
+  accumulate_logits(acc, x, weight, expert, token0, tokens, hidden, warp * 32 + lane, kLogitWarps * 32);
 #pragma unroll
   for (int t = 0; t < kLogitTokens; ++t) {
     for (int offset = 16; offset > 0; offset /= 2) acc[t] += __shfl_xor_sync(0xffffffffu, acc[t], offset);

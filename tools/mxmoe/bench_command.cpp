@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
-#include <iostream>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -174,10 +173,7 @@ void write_json(const std::string& path, const std::vector<Row>& rows, const Cei
 
 int bench_command(std::span<const std::string> args) {
   const auto parsed = parse(kSpec, args);
-  if (!parsed) {
-    std::cout << usage(kSpec);
-    return 0;
-  }
+  if (!parsed) return 0;
   const std::string model_arg = parsed->get("model", "all");
   std::vector<std::string> models;
   if (model_arg == "all") {

@@ -8,7 +8,6 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
-#include <iostream>
 #include <thread>
 
 #include "cli.hpp"
@@ -193,10 +192,7 @@ int bench(const std::vector<const Arch*>& archs) {
 int cache_command(std::span<const std::string> args) {
   if (args.empty()) throw UsageError("cache: expected ls, clear, prewarm or bench (see 'mxmoe cache --help')");
   const auto parsed = parse(kSpec, args.subspan(args[0].rfind("--", 0) == 0 ? 0 : 1));
-  if (!parsed) {
-    std::cout << usage(kSpec);
-    return 0;
-  }
+  if (!parsed) return 0;
   const std::string action = args[0];
   KernelCache cache(parsed->get("cache-dir", KernelCache::default_dir()));
   if (action == "ls") return list(cache);

@@ -1,6 +1,7 @@
 #include "cli.hpp"
 
 #include <charconv>
+#include <iostream>
 
 #include "mxmoe/error.hpp"
 
@@ -67,7 +68,10 @@ std::optional<ParsedArgs> parse(const CommandSpec& spec, std::span<const std::st
   ParsedArgs parsed;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& arg = args[i];
-    if (arg == "--help" || arg == "-h") return std::nullopt;
+    if (arg == "--help" || arg == "-h") {
+      std::cout << usage(spec);
+      return std::nullopt;
+    }
     if (arg.rfind("--", 0) != 0) throw UsageError(std::string(spec.name) + ": unexpected argument '" + arg + "'");
     const size_t eq = arg.find('=');
     const std::string name = arg.substr(2, eq == std::string::npos ? std::string::npos : eq - 2);

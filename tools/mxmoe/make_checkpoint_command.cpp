@@ -1,7 +1,6 @@
 // mxmoe make-checkpoint: a synthetic gpt-oss MXFP4 checkpoint in either naming scheme, for tests and
 // for users without the real weights.
 #include <cstdio>
-#include <iostream>
 
 #include "cli.hpp"
 #include "commands.hpp"
@@ -34,10 +33,7 @@ constexpr CommandSpec kSpec{
 
 int make_checkpoint_command(std::span<const std::string> args) {
   const auto parsed = parse(kSpec, args);
-  if (!parsed) {
-    std::cout << usage(kSpec);
-    return 0;
-  }
+  if (!parsed) return 0;
   if (!parsed->has("out")) throw UsageError("make-checkpoint: --out DIR is required");
   MoeShape shape = shape_from_args(*parsed);
   shape.num_layers = static_cast<int>(parsed->get_int("layers", 2, 1, 1024));

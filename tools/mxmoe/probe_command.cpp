@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <iostream>
 #include <string>
 #include <vector>
 
@@ -95,10 +94,7 @@ std::string pad(std::string_view text, size_t width) {
 
 int probe_command(std::span<const std::string> args) {
   const auto parsed = parse(kSpec, args);
-  if (!parsed) {
-    std::cout << usage(kSpec);
-    return 0;
-  }
+  if (!parsed) return 0;
   const std::vector<Target> targets = targets_from_args(*parsed);
   for (const auto& t : targets) check_target_known(t);
 

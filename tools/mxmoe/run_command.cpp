@@ -3,7 +3,6 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <iostream>
 
 #include "cli.hpp"
 #include "commands.hpp"
@@ -80,10 +79,7 @@ bool check_against_f64(const MoeLayerWeights& weights, std::span<const Bf16> x, 
 
 int run_command(std::span<const std::string> args) {
   const auto parsed = parse(kSpec, args);
-  if (!parsed) {
-    std::cout << usage(kSpec);
-    return 0;
-  }
+  if (!parsed) return 0;
   const std::string device = parsed->get("device", "auto");
   if (device != "auto" && device != "cpu" && device != "gpu") {
     throw UsageError("--device: expected auto, cpu or gpu, got '" + device + "'");

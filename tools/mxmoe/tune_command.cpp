@@ -7,7 +7,6 @@
 // and K split with FC1 at its winner. A candidate whose first replay takes more than 3 times the
 // best so far is not replayed further.
 #include <cstdio>
-#include <iostream>
 
 #include "cli.hpp"
 #include "commands.hpp"
@@ -59,10 +58,7 @@ void try_plan(LayerRotation& rotation, const LayerPlan& plan, int replays, Best&
 
 int tune_command(std::span<const std::string> args) {
   const auto parsed = parse(kSpec, args);
-  if (!parsed) {
-    std::cout << usage(kSpec);
-    return 0;
-  }
+  if (!parsed) return 0;
   std::vector<std::string> models;
   const std::string model_arg = parsed->get("model", "all");
   for (const auto& p : model_presets()) {
