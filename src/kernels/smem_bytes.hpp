@@ -2,9 +2,10 @@
 // and checks tactics against an arch's limit. Plain header: NVRTC compiles it too.
 #pragma once
 
+#include "kernels/mxfp4_fragment.cuh"
+
 namespace mxmoe::kernels {
 
-constexpr int kSmemRecordBytes = 544;                 // one 16 x 64 record (mxfp4_fragment.cuh)
 constexpr int kSmemActivationRowBytes = (64 + 8) * 2;  // one token's 64 K of bf16, +16 bytes against bank conflicts
 
 // GEMV: `tokens` staged rows (8 or 16) of the split's K range (+16 bytes each), then the partial
@@ -17,13 +18,13 @@ constexpr int gemv_smem_bytes(int tokens, int k_tiles, int k_split, int columns,
 constexpr int kRingChunkRecords = 4;
 constexpr int ring_smem_bytes(int tokens, int k_tiles, int k_split, int columns, int stages) {
   return tokens * ((k_tiles + k_split - 1) / k_split * 64 + 8) * 2 +
-         columns * stages * (kRingChunkRecords * kSmemRecordBytes + 8);
+         columns * stages * (kRingChunkRecords * kRecordBytes + 8);
 }
 
 // Tiled: `stages` copies of (records of tile_rows rows + tile_tokens activation rows), plus each
 // token's 8-byte source row offset.
 constexpr int mma_tile_stage_bytes(int tile_rows, int tile_tokens) {
-  return tile_rows / 16 * kSmemRecordBytes + tile_tokens * kSmemActivationRowBytes;
+  return tile_rows / 16 * kRecordBytes + tile_tokens * kSmemActivationRowBytes;
 }
 constexpr int mma_tile_smem_bytes(int tile_rows, int tile_tokens, int stages) {
   return stages * mma_tile_stage_bytes(tile_rows, tile_tokens) + tile_tokens * 8;
