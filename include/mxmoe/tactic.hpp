@@ -52,6 +52,7 @@ struct TacticEntry {
   std::string invalid;  // empty when valid on the arch
 };
 std::vector<TacticEntry> tactic_table(std::string_view arch);
-std::vector<Tactic> valid_tactics(std::string_view arch);
+// The valid ones, built once per arch (forward() checks plans against them on every call).
+const std::vector<Tactic>& valid_tactics(std::string_view arch);
 
 }  // namespace mxmoe

@@ -92,7 +92,7 @@ Tactic parse_tactic(std::string_view name) {
 }
 
 void validate_plan(const MoeShape& shape, const LayerPlan& plan, const Arch& arch) {
-  const auto valid = valid_tactics(arch.name);
+  const auto& valid = valid_tactics(arch.name);
   for (const auto& [tactic, stage] : {std::pair{plan.fc1, Stage::kFc1}, std::pair{plan.fc2, Stage::kFc2}}) {
     const std::string which = stage == Stage::kFc1 ? "FC1" : "FC2";
     if (std::find(valid.begin(), valid.end(), tactic.binary()) == valid.end()) {

@@ -94,12 +94,19 @@ std::vector<TacticEntry> tactic_table(std::string_view arch_name) {
   return table;
 }
 
-std::vector<Tactic> valid_tactics(std::string_view arch) {
-  std::vector<Tactic> valid;
-  for (const auto& e : tactic_table(arch)) {
-    if (e.invalid.empty()) valid.push_back(e.tactic);
-  }
-  return valid;
+const std::vector<Tactic>& valid_tactics(std::string_view arch) {
+  static const std::vector<std::vector<Tactic>> per_arch = [] {
+    std::vector<std::vector<Tactic>> all;
+    for (const Arch& a : supported_archs()) {
+      std::vector<Tactic> valid;
+      for (const auto& c : kCandidates) {
+        if (why_invalid(c.tactic, a).empty()) valid.push_back(c.tactic);
+      }
+      all.push_back(std::move(valid));
+    }
+    return all;
+  }();
+  return per_arch[&arch_by_name(arch) - supported_archs().data()];
 }
 
 }  // namespace mxmoe

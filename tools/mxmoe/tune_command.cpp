@@ -89,7 +89,7 @@ int tune_command(std::span<const std::string> args) {
       Best best;
       try_plan(rotation, heuristic, replays, best);
       const double heuristic_us = best.us;
-      const auto tactics = valid_tactics(device.arch->name);
+      const auto& tactics = valid_tactics(device.arch->name);
       for (const Tactic& fc1 : tactics) {
         if (!(fc1 == heuristic.fc1)) try_plan(rotation, {fc1, heuristic.fc2}, replays, best);
       }
