@@ -65,7 +65,9 @@ __device__ __forceinline__ long long input_row(const ExpertGemmArgs& args, int r
 // What a CTA of the GEMV-style families works on: one active expert (grid y: the slot in the
 // routing's active list, an upper bound, so a CTA may find none) and one K split (grid z) of its
 // record columns, with the token rows staged in shared memory at `row_stride` (bf16; 16 bytes past
-// the K range, which puts ldmatrix's 8 rows in distinct banks).
+// the K range, which puts ldmatrix's 8 rows in distinct banks). Only args.staged_rows rows are
+// staged: an expert has at most as many rows as the batch has tokens, so a 1-token step stages one
+// row, not eight.
 struct GemvWork {
   int expert = -1;  // none for this CTA
   int first_row, count;
@@ -96,19 +98,42 @@ __device__ __forceinline__ GemvWork gemv_work(const ExpertGemmArgs& args, int k_
 }
 
 // Stages sorted rows [first_row + group, + tokens) of the input over the work's K range into rows
-// 0..kTokens-1 of `staged`, zeros past `tokens` and past K. The whole CTA takes part.
-template <bool kFc1, int kTokens>
+// 0..args.staged_rows-1 of `staged`, zeros past `tokens` and past K. The whole CTA takes part; the
+// caller synchronises before reading. The rows' sources are looked up once into `source_rows`
+// (one round trip), then every 16-byte chunk is a cp.async with no register dependency, so the
+// staging costs about two L2 round trips however long K is (a load-store loop costs one per chunk
+// a thread handles).
+template <bool kFc1>
 __device__ __forceinline__ void stage_token_rows(const ExpertGemmArgs& args, const GemvWork& w, int group, int tokens,
-                                                 unsigned short* staged) {
+                                                 long long* source_rows, unsigned short* staged) {
+  const int r = threadIdx.x;
+  if (r < args.staged_rows) {  // the element offset of the row's input; -1: zeros
+    source_rows[r] = r < tokens ? input_row<kFc1>(args, w.first_row + group + r) * args.k : -1;
+  }
+  __syncthreads();
   const auto* input = static_cast<const unsigned short*>(args.input);
   const int chunks_per_row = w.k_len / 8;
-  for (int c = threadIdx.x; c < kTokens * chunks_per_row; c += blockDim.x) {
-    const int r = c / chunks_per_row, k = w.k_begin + 8 * (c % chunks_per_row);
-    uint4 v = make_uint4(0, 0, 0, 0);
-    if (r < tokens && k < args.k) {
-      v = *reinterpret_cast<const uint4*>(input + input_row<kFc1>(args, w.first_row + group + r) * args.k + k);
-    }
-    *reinterpret_cast<uint4*>(staged + r * w.row_stride + (k - w.k_begin)) = v;
+  for (int c = threadIdx.x; c < args.staged_rows * chunks_per_row; c += blockDim.x) {
+    const int row = c / chunks_per_row, k = w.k_begin + 8 * (c % chunks_per_row);
+    const long long source = source_rows[row];
+    const bool valid = source >= 0 && k < args.k;
+    cp_async_16(staged + row * w.row_stride + (k - w.k_begin), input + (valid ? source + k : 0), valid);
+  }
+  cp_async_commit();
+  cp_async_wait<0>();
+}
+
+// This lane's ldmatrix row addresses (at K offset 0) in each 8-token tile of `staged`: token
+// 8 t + lane % 8, or row 0 for tokens past the staged rows. Those tokens' MMA columns are never
+// stored, and an MMA's output columns do not mix, so whatever row 0 holds serves.
+template <int kTokens>
+__device__ __forceinline__ void token_fragment_rows(const unsigned short* (&rows)[kTokens / 8],
+                                                    const unsigned short* staged, int staged_rows, int row_stride) {
+  const int lane = threadIdx.x % 32;
+#pragma unroll
+  for (int t = 0; t < kTokens / 8; ++t) {
+    const int row = 8 * t + lane % 8;
+    rows[t] = staged + (row < staged_rows ? row : 0) * row_stride + 8 * (lane / 8);
   }
 }
 

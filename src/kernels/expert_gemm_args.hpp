@@ -19,6 +19,7 @@ struct ExpertGemmArgs {
   const int* tile_offsets;    // [E + 1] for the kernel's token-tile size (tiled family)
   void* output;               // FC1: bf16 [pairs, rows / 2]; FC2: fp32 [k_split][pairs, rows]
   long long split_stride;     // FC2: elements between k-split partials
+  int staged_rows;            // GEMV families: token rows staged per pass, min(kTokens, the batch's tokens)
 };
 
 }  // namespace mxmoe::kernels

@@ -48,7 +48,7 @@ struct RecordBatch {
 
 template <int kTokens, int kUnroll>
 __device__ __forceinline__ void multiply_batch(float (&acc)[kTokens / 8][4], const RecordBatch<kUnroll>& batch, int first,
-                                               int end, const unsigned short* b_row, int row_stride) {
+                                               int end, const unsigned short* const (&b_rows)[kTokens / 8]) {
 #pragma unroll
   for (int u = 0; u < kUnroll; ++u) {
     if (first + u < end) {
@@ -57,18 +57,25 @@ __device__ __forceinline__ void multiply_batch(float (&acc)[kTokens / 8][4], con
 #pragma unroll
       for (int t = 0; t < kTokens / 8; ++t) {
         unsigned b[8];
-        load_token_fragments(b, b_row + 8 * t * row_stride + (first + u) * kRecordK);
+        load_token_fragments(b, b_rows[t] + (first + u) * kRecordK);
         mma_record(acc[t], a, b);
       }
     }
   }
 }
 
+// A shallow pipeline (kUnroll <= 2) is held to 80 registers, so that an SM holds 24 of its warps
+// (768 threads); deeper ones take what they need (~100-125 registers, 16 warps).
+template <int kColumns, int kWarpsK, int kUnroll>
+constexpr int kGemvMinBlocks = kUnroll <= 2 && 768 / (kColumns * kWarpsK * 32) > 1 ? 768 / (kColumns * kWarpsK * 32) : 1;
+
 template <int kColumns, int kWarpsK, int kTokens, bool kFc1, int kUnroll>
-__global__ void __launch_bounds__(kColumns * kWarpsK * 32) expert_gemv_kernel(ExpertGemmArgs args, int k_split) {
+__global__ void __launch_bounds__(kColumns * kWarpsK * 32, (kGemvMinBlocks<kColumns, kWarpsK, kUnroll>))
+    expert_gemv_kernel(ExpertGemmArgs args, int k_split) {
   static_assert(kTokens == 8 || kTokens == 16, "8 or 16 tokens per pass");
   constexpr int kAccumulators = kTokens / 8 * 4;
-  auto* staged = reinterpret_cast<unsigned short*>(dynamic_smem());
+  auto* source_rows = reinterpret_cast<long long*>(dynamic_smem());
+  auto* staged = reinterpret_cast<unsigned short*>(dynamic_smem() + kTokens * 8);
   if constexpr (kFc1) {
     wait_for_prerequisite_grids();  // the routing
     allow_dependent_grids();
@@ -84,8 +91,9 @@ __global__ void __launch_bounds__(kColumns * kWarpsK * 32) expert_gemv_kernel(Ex
   const int first_record = k_part * w.records / kWarpsK;
   const int end_record = (k_part + 1) * w.records / kWarpsK;
   const unsigned char* column = w.column(args, row_tile);
-  const unsigned short* b_row = staged + (lane % 8) * row_stride + 8 * (lane / 8);
-  auto* partial = reinterpret_cast<float*>(staged + kTokens * row_stride);  // [kWarpsK - 1][kColumns][32][acc]
+  const unsigned short* b_rows[kTokens / 8];
+  token_fragment_rows<kTokens>(b_rows, staged, args.staged_rows, row_stride);
+  auto* partial = reinterpret_cast<float*>(staged + args.staged_rows * row_stride);  // [kWarpsK - 1][kColumns][32][acc]
 
   RecordBatch<kUnroll> batch_a, batch_b;
   batch_a.load(column, first_record, end_record, streams, lane);
@@ -99,16 +107,16 @@ __global__ void __launch_bounds__(kColumns * kWarpsK * 32) expert_gemv_kernel(Ex
       __syncthreads();  // the previous group's MMAs and sums are done with `staged` and `partial`
       batch_a.load(column, first_record, end_record, streams, lane);
     }
-    stage_token_rows<kFc1, kTokens>(args, w, group, tokens, staged);
+    stage_token_rows<kFc1>(args, w, group, tokens, source_rows, staged);
     __syncthreads();
 
     float acc[kTokens / 8][4] = {};
     if (streams) {
       for (int i = first_record; i < end_record; i += 2 * kUnroll) {
         batch_b.load(column, i + kUnroll, end_record, true, lane);
-        multiply_batch<kTokens>(acc, batch_a, i, end_record, b_row, row_stride);
+        multiply_batch<kTokens>(acc, batch_a, i, end_record, b_rows);
         batch_a.load(column, i + 2 * kUnroll, end_record, true, lane);
-        multiply_batch<kTokens>(acc, batch_b, i + kUnroll, end_record, b_row, row_stride);
+        multiply_batch<kTokens>(acc, batch_b, i + kUnroll, end_record, b_rows);
       }
     }
     if constexpr (kWarpsK > 1) {

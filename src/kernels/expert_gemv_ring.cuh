@@ -19,7 +19,8 @@ template <int kColumns, int kTokens, bool kFc1, int kStages>
 __global__ void __launch_bounds__(kColumns * 32) expert_gemv_ring_kernel(ExpertGemmArgs args, int k_split) {
   static_assert(kTokens == 8 || kTokens == 16, "8 or 16 tokens per pass");
   constexpr int kChunkBytes = kRingChunkRecords * kRecordBytes;
-  unsigned char* smem = dynamic_smem();
+  auto* source_rows = reinterpret_cast<long long*>(dynamic_smem());
+  unsigned char* smem = dynamic_smem() + kTokens * 8;  // past the source rows: the staged rows, rings, barriers
   auto* staged = reinterpret_cast<unsigned short*>(smem);
   if constexpr (kFc1) {
     wait_for_prerequisite_grids();  // the routing
@@ -34,11 +35,12 @@ __global__ void __launch_bounds__(kColumns * 32) expert_gemv_ring_kernel(ExpertG
   const int chunks = (records + kRingChunkRecords - 1) / kRingChunkRecords;
   const int row_stride = w.row_stride;
   const unsigned char* column = w.column(args, row_tile);
-  unsigned char* ring = smem + kTokens * row_stride * 2 + warp * kStages * kChunkBytes;
+  unsigned char* ring = smem + args.staged_rows * row_stride * 2 + warp * kStages * kChunkBytes;
   const unsigned ring_address = shared_address(ring);
   const unsigned barriers =
-      shared_address(smem + kTokens * row_stride * 2 + kColumns * kStages * kChunkBytes) + warp * kStages * 8;
-  const unsigned short* b_row = staged + (lane % 8) * row_stride + 8 * (lane / 8);
+      shared_address(smem + args.staged_rows * row_stride * 2 + kColumns * kStages * kChunkBytes) + warp * kStages * 8;
+  const unsigned short* b_rows[kTokens / 8];
+  token_fragment_rows<kTokens>(b_rows, staged, args.staged_rows, row_stride);
 
   if (lane == 0) {
     for (int s = 0; s < kStages; ++s) mbarrier_init(barriers + 8 * s, 1);
@@ -71,7 +73,7 @@ __global__ void __launch_bounds__(kColumns * 32) expert_gemv_ring_kernel(ExpertG
       __syncthreads();  // the previous group's MMAs are done with `staged`
       fill();
     }
-    stage_token_rows<kFc1, kTokens>(args, w, group, tokens, staged);
+    stage_token_rows<kFc1>(args, w, group, tokens, source_rows, staged);
     __syncthreads();
     if (!streams) continue;
 
@@ -92,7 +94,7 @@ __global__ void __launch_bounds__(kColumns * 32) expert_gemv_ring_kernel(ExpertG
 #pragma unroll
           for (int t = 0; t < kTokens / 8; ++t) {
             unsigned b[8];
-            load_token_fragments(b, b_row + 8 * t * row_stride + record * kRecordK);
+            load_token_fragments(b, b_rows[t] + record * kRecordK);
             mma_record(acc[t], a, b);
           }
         }

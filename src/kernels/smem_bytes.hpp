@@ -8,17 +8,23 @@ namespace mxmoe::kernels {
 
 constexpr int kSmemActivationRowBytes = (64 + 8) * 2;  // one token's 64 K of bf16, +16 bytes against bank conflicts
 
-// GEMV: `tokens` staged rows (8 or 16) of the split's K range (+16 bytes each), then the partial
-// sums of the warps past the first along K (columns x (warps_k - 1) warps x 32 lanes x tokens / 2).
-constexpr int gemv_smem_bytes(int tokens, int k_tiles, int k_split, int columns, int warps_k) {
-  return tokens * ((k_tiles + k_split - 1) / k_split * 64 + 8) * 2 + columns * (warps_k - 1) * 32 * tokens / 2 * 4;
+// The GEMV families' token staging for a `tokens`-token tactic (8 or 16) that stages `rows` of
+// them (min(tokens, the batch's tokens)): the tactic's source-row slots (8 bytes each), then the
+// rows of the split's K range (+16 bytes each).
+constexpr int gemv_staging_bytes(int tokens, int rows, int k_tiles, int k_split) {
+  return tokens * 8 + rows * ((k_tiles + k_split - 1) / k_split * 64 + 8) * 2;
 }
 
-// Ring GEMV: the staged activations, then per warp `stages` chunks of 4 records and a barrier each.
+// GEMV: the staging, then the partial sums of the warps past the first along K (columns x
+// (warps_k - 1) warps x 32 lanes x tokens / 2).
+constexpr int gemv_smem_bytes(int tokens, int rows, int k_tiles, int k_split, int columns, int warps_k) {
+  return gemv_staging_bytes(tokens, rows, k_tiles, k_split) + columns * (warps_k - 1) * 32 * tokens / 2 * 4;
+}
+
+// Ring GEMV: the staging, then per warp `stages` chunks of 4 records and a barrier each.
 constexpr int kRingChunkRecords = 4;
-constexpr int ring_smem_bytes(int tokens, int k_tiles, int k_split, int columns, int stages) {
-  return tokens * ((k_tiles + k_split - 1) / k_split * 64 + 8) * 2 +
-         columns * stages * (kRingChunkRecords * kRecordBytes + 8);
+constexpr int ring_smem_bytes(int tokens, int rows, int k_tiles, int k_split, int columns, int stages) {
+  return gemv_staging_bytes(tokens, rows, k_tiles, k_split) + columns * stages * (kRingChunkRecords * kRecordBytes + 8);
 }
 
 // Tiled: `stages` copies of (records of tile_rows rows + tile_tokens activation rows), plus each

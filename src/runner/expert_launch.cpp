@@ -13,6 +13,7 @@ void launch_expert_gemm(Stage stage, const Tactic& tactic, const kernels::Expert
                         cudaStream_t stream) {
   const ExpertKernels& k = expert_kernels(tactic);
   kernels::ExpertGemmArgs a = args;
+  a.staged_rows = std::min(tactic.tile_tokens, num_pairs / args.top_k);  // an expert gets a token at most once
   int k_split = tactic.k_split;
   void* params[] = {&a, &k_split};
   const unsigned max_active = static_cast<unsigned>(std::min(args.num_experts, num_pairs));
@@ -22,11 +23,13 @@ void launch_expert_gemm(Stage stage, const Tactic& tactic, const kernels::Expert
   if (tactic.family == KernelFamily::kGemvRing) {
     const unsigned columns = static_cast<unsigned>(tactic.warps_rows);
     grid = dim3((row_tiles + columns - 1) / columns, max_active, static_cast<unsigned>(k_split));
-    smem = kernels::ring_smem_bytes(tactic.tile_tokens, args.k_tiles, k_split, tactic.warps_rows, tactic.stages);
+    smem = kernels::ring_smem_bytes(tactic.tile_tokens, a.staged_rows, args.k_tiles, k_split, tactic.warps_rows,
+                                    tactic.stages);
   } else if (tactic.family == KernelFamily::kGemv) {
     const unsigned columns = static_cast<unsigned>(tactic.warps_rows);
     grid = dim3((row_tiles + columns - 1) / columns, max_active, static_cast<unsigned>(k_split));
-    smem = kernels::gemv_smem_bytes(tactic.tile_tokens, args.k_tiles, k_split, tactic.warps_rows, tactic.warps_tokens);
+    smem = kernels::gemv_smem_bytes(tactic.tile_tokens, a.staged_rows, args.k_tiles, k_split, tactic.warps_rows,
+                                    tactic.warps_tokens);
   } else {
     grid = dim3(static_cast<unsigned>(num_pairs / tactic.tile_tokens) + max_active,
                 static_cast<unsigned>((args.rows + tactic.tile_rows - 1) / tactic.tile_rows), static_cast<unsigned>(k_split));

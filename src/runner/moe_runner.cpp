@@ -163,13 +163,13 @@ void MoeRunner::Impl::run(const __nv_bfloat16* x, const float* logits, __nv_bflo
   auto* expert_out = reinterpret_cast<float*>(ws + layout.expert_out);
   kernels::ExpertGemmArgs fc1{fc1_records, fc1_bias, x, route.sorted_pairs, shape.top_k,
                               shape.fc1_rows(), shape.hidden, fc1_geometry.k_tiles(), shape.num_experts,
-                              route.expert_offsets, route.active_experts, tile_offsets(plan.fc1), activation, 0};
+                              route.expert_offsets, route.active_experts, tile_offsets(plan.fc1), activation, 0, 0};
   launch_expert_gemm(Stage::kFc1, plan.fc1, fc1, pairs, stream);
   if (last == ForwardPart::kFc1) return;
   kernels::ExpertGemmArgs fc2{fc2_records, fc2_bias, activation, route.sorted_pairs, shape.top_k,
                               shape.hidden, shape.intermediate, fc2_geometry.k_tiles(), shape.num_experts,
                               route.expert_offsets, route.active_experts, tile_offsets(plan.fc2), expert_out,
-                              split_stride};
+                              split_stride, 0};
   launch_expert_gemm(Stage::kFc2, plan.fc2, fc2, pairs, stream);
   if (last == ForwardPart::kFc2) return;
   launch_unpermute(expert_out, split_stride, plan.fc2.k_split, shape.hidden, shape.top_k, num_tokens, route, out,

@@ -106,9 +106,11 @@ void validate_plan(const MoeShape& shape, const LayerPlan& plan, const Arch& arc
     }
     const int smem =
         tactic.family == KernelFamily::kGemv
-            ? kernels::gemv_smem_bytes(tactic.tile_tokens, k_tiles, tactic.k_split, tactic.warps_rows, tactic.warps_tokens)
+            ? kernels::gemv_smem_bytes(tactic.tile_tokens, tactic.tile_tokens, k_tiles, tactic.k_split,
+                                       tactic.warps_rows, tactic.warps_tokens)
         : tactic.family == KernelFamily::kGemvRing
-            ? kernels::ring_smem_bytes(tactic.tile_tokens, k_tiles, tactic.k_split, tactic.warps_rows, tactic.stages)
+            ? kernels::ring_smem_bytes(tactic.tile_tokens, tactic.tile_tokens, k_tiles, tactic.k_split,
+                                       tactic.warps_rows, tactic.stages)
             : 0;
     if (smem > arch.smem_per_block) {
       throw Error(which + " tactic " + tactic.name() + ": K = " + std::to_string(k_tiles * 64) +
@@ -120,8 +122,8 @@ void validate_plan(const MoeShape& shape, const LayerPlan& plan, const Arch& arc
 LayerPlan heuristic_plan(const MoeShape& shape, int num_tokens, const Arch& arch, int multiprocessors) {
   const long long pairs = static_cast<long long>(num_tokens) * shape.top_k;
   const long long rows_expected = (pairs + shape.num_experts - 1) / shape.num_experts;
-  const bool gemv_fits = kernels::gemv_smem_bytes(kGemvWide.tile_tokens, (shape.hidden + 63) / 64, 1,
-                                                  kGemvWide.warps_rows, kGemvWide.warps_tokens) <= arch.smem_per_block;
+  const bool gemv_fits = kernels::gemv_smem_bytes(kGemvWide.tile_tokens, kGemvWide.tile_tokens, (shape.hidden + 63) / 64,
+                                                  1, kGemvWide.warps_rows, kGemvWide.warps_tokens) <= arch.smem_per_block;
   if (gemv_fits && (num_tokens <= kGemv.tile_tokens || rows_expected <= 2)) {
     const double touched =
         shape.num_experts * (1.0 - std::pow(1.0 - static_cast<double>(shape.top_k) / shape.num_experts, num_tokens));
