@@ -84,8 +84,10 @@ struct GemvWork {
 __device__ __forceinline__ GemvWork gemv_work(const ExpertGemmArgs& args, int k_split) {
   GemvWork w;
   const int slot = blockIdx.y;
-  if (slot >= args.active_experts[args.num_experts]) return w;
-  w.expert = args.active_experts[slot];
+  // Both loads at once (slot < E, so the second is in bounds even past the active count).
+  const int active = args.active_experts[args.num_experts], expert = args.active_experts[slot];
+  if (slot >= active) return w;
+  w.expert = expert;
   w.first_row = args.expert_offsets[w.expert];
   w.count = args.expert_offsets[w.expert + 1] - w.first_row;
   w.row_tiles = args.rows / kRecordRows;

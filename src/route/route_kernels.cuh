@@ -97,9 +97,10 @@ __device__ __forceinline__ bool ranks_before(Ranked a, Ranked b) {
 
 // Top-k over one token's logits and the softmax over the k selected, by one warp. Round s takes
 // the best entry ranked after round s-1's pick, so nothing needs marking. Lane s keeps slot s.
-// Budget: reads E 4 bytes; k rounds of E/32 compares and 5 shuffles.
+// The experts go to `experts` (the workspace's top-k, or a shared-memory copy), the weights to
+// the workspace. Budget: reads E 4 bytes; k rounds of E/32 compares and 5 shuffles.
 __device__ __forceinline__ void select_token_experts(const float* logits, int token, int num_experts, int top_k,
-                                                     const RouteBuffers& route) {
+                                                     int* experts, const RouteBuffers& route) {
   const int lane = threadIdx.x % 32;
   const float* row = logits + static_cast<long long>(token) * num_experts;
   Ranked previous{INFINITY, -1};
@@ -129,7 +130,7 @@ __device__ __forceinline__ void select_token_experts(const float* logits, int to
   float sum = e;
   for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
   if (lane < top_k) {
-    route.topk_experts[token * top_k + lane] = my_expert;
+    experts[token * top_k + lane] = my_expert;
     route.topk_weights[token * top_k + lane] = e / sum;
   }
 }
@@ -141,21 +142,30 @@ __global__ void __launch_bounds__(kSelectWarps * 32)
   wait_for_prerequisite_grids();  // the logits
   allow_dependent_grids();
   const int token = blockIdx.x * kSelectWarps + threadIdx.x / 32;
-  if (token < num_tokens) select_token_experts(logits, token, num_experts, top_k, route);
+  if (token < num_tokens) select_token_experts(logits, token, num_experts, top_k, route.topk_experts, route);
 }
 
 constexpr int kPermuteThreads = 1024;
 constexpr int kFusedRouteTokens = 256;
+constexpr int kFusedRoutePairs = 1024;  // and at most this many pairs (the launcher checks both)
 constexpr int kPermuteSmemBytes = 48 * 1024;
 
+// Shared memory of the permutation besides its histograms: offsets [E + 1] and counts [E], and on
+// the fused path each pair's expert and rank [pairs] x 2.
+__host__ __device__ inline int permute_fixed_smem(int num_experts, int smem_pairs) {
+  return 4 * (2 * num_experts + 1) + 8 * smem_pairs;
+}
+
 // Segments (warps) of the pair list whose per-expert histograms fit the shared-memory budget.
-__host__ __device__ inline int permute_segments(int num_experts) {
-  const int fit = (kPermuteSmemBytes - 4 * (num_experts + 1)) / (4 * num_experts);
+__host__ __device__ inline int permute_segments(int num_experts, int smem_pairs) {
+  const int fit = (kPermuteSmemBytes - permute_fixed_smem(num_experts, smem_pairs)) / (4 * num_experts);
   return fit < 1 ? 1 : (fit > kPermuteThreads / 32 ? kPermuteThreads / 32 : fit);
 }
 
 // The expert-sorted permutation, in one CTA; with `logits` it first selects every token's experts
-// itself (one launch fewer for small batches: at most kFusedRouteTokens, 8 tokens per warp). Warp w owns a contiguous segment of pairs and counts
+// itself (one launch fewer for small batches: at most kFusedRouteTokens, 8 tokens per warp) and
+// keeps each pair's expert and rank in shared memory, so that no step waits on a global-memory
+// round trip of its own CTA's writes. Warp w owns a contiguous segment of pairs and counts
 // them per expert in hist[w][*], ranking pairs of the same expert within each 32-pair chunk by lane
 // (match.any); a scan over segments then over experts gives every pair its sorted row:
 //   row(p) = offset[e] + (pairs of e in earlier segments) + (pairs of e earlier in p's segment).
@@ -167,19 +177,24 @@ __global__ void __launch_bounds__(kPermuteThreads)
   wait_for_prerequisite_grids();  // the logits, or the top-k of select_experts_kernel
   allow_dependent_grids();
   const int num_pairs = num_tokens * top_k;
-  if (logits) {
-    for (int token = threadIdx.x / 32; token < num_tokens; token += kPermuteThreads / 32) {
-      select_token_experts(logits, token, num_experts, top_k, route);
-    }
-    __syncthreads();  // the selected experts, written to global memory, are read below by other warps
-  }
-  const int segments = permute_segments(num_experts);
+  const bool fused = logits != nullptr;
+  const int segments = permute_segments(num_experts, fused ? num_pairs : 0);
   int* hist = smem;                                 // [segments][E]
   int* offsets = smem + segments * num_experts;     // [E + 1]
+  int* counts = offsets + num_experts + 1;          // [E]
+  // Each pair's expert, then its rank within its segment and later its sorted row: shared memory
+  // on the fused path, the workspace's top-k and pair_rows otherwise.
+  int* pair_experts = fused ? counts + num_experts : route.topk_experts;
+  int* pair_ranks = fused ? pair_experts + num_pairs : route.pair_rows;
+  if (fused) {
+    for (int token = threadIdx.x / 32; token < num_tokens; token += kPermuteThreads / 32) {
+      select_token_experts(logits, token, num_experts, top_k, pair_experts, route);
+    }
+  }
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const unsigned lanes_below = (1u << lane) - 1u;
   for (int i = threadIdx.x; i < segments * num_experts; i += blockDim.x) hist[i] = 0;
-  __syncthreads();
+  __syncthreads();  // the selected experts and the zeroed histograms
 
   const int seg_begin = static_cast<int>(static_cast<long long>(warp) * num_pairs / segments);
   const int seg_end = static_cast<int>(static_cast<long long>(warp + 1) * num_pairs / segments);
@@ -188,12 +203,12 @@ __global__ void __launch_bounds__(kPermuteThreads)
     for (int base = seg_begin; base < seg_end; base += 32) {
       const int pair = base + lane;
       const bool valid = pair < seg_end;
-      const int expert = valid ? route.topk_experts[pair] : -1;
+      const int expert = valid ? pair_experts[pair] : -1;
       const unsigned peers = __match_any_sync(0xffffffffu, expert);
       const int before = valid ? my_hist[expert] : 0;
       __syncwarp();
       if (valid) {
-        route.pair_rows[pair] = before + __popc(peers & lanes_below);  // rank within the segment, for now
+        pair_ranks[pair] = before + __popc(peers & lanes_below);  // rank within the segment, for now
         if ((peers & lanes_below) == 0) my_hist[expert] = before + __popc(peers);
       }
       __syncwarp();
@@ -209,6 +224,7 @@ __global__ void __launch_bounds__(kPermuteThreads)
       hist[s * num_experts + e] = running;
       running += c;
     }
+    counts[e] = running;
     route.expert_counts[e] = running;
   }
   __syncthreads();
@@ -219,7 +235,7 @@ __global__ void __launch_bounds__(kPermuteThreads)
     const int first = lane * per_lane, last = min(num_experts, first + per_lane);
     int sums[2 + kTileSizeCount] = {};
     for (int e = first; e < last; ++e) {
-      const int c = route.expert_counts[e];
+      const int c = counts[e];
       sums[0] += c;
       sums[1] += c > 0;
 #pragma unroll
@@ -235,7 +251,7 @@ __global__ void __launch_bounds__(kPermuteThreads)
       sums[q] = inclusive - sums[q];  // exclusive prefix of this lane's chunk
     }
     for (int e = first; e < last; ++e) {
-      const int c = route.expert_counts[e];
+      const int c = counts[e];
       offsets[e] = sums[0];
       route.expert_offsets[e] = sums[0];
       sums[0] += c;
@@ -258,10 +274,11 @@ __global__ void __launch_bounds__(kPermuteThreads)
   if (warp < segments) {
     const int* my_hist = hist + warp * num_experts;
     for (int pair = seg_begin + lane; pair < seg_end; pair += 32) {
-      const int expert = route.topk_experts[pair];
-      const int row = offsets[expert] + my_hist[expert] + route.pair_rows[pair];
+      const int expert = pair_experts[pair];
+      const int row = offsets[expert] + my_hist[expert] + pair_ranks[pair];
       route.sorted_pairs[row] = pair;
       route.pair_rows[pair] = row;
+      if (fused) route.topk_experts[pair] = expert;
     }
   }
 }

@@ -36,14 +36,16 @@ void launch_routing(const float* logits, int num_tokens, int num_experts, int to
                     cudaStream_t stream) {
   kernels::RouteBuffers r = route;
   const float* fused_logits = logits;
-  if (num_tokens > kernels::kFusedRouteTokens) {
+  if (num_tokens > kernels::kFusedRouteTokens || num_tokens * top_k > kernels::kFusedRoutePairs) {
     void* args[] = {&logits, &num_tokens, &num_experts, &top_k, &r};
     launch(reinterpret_cast<const void*>(kernels::select_experts_kernel), dim3(blocks(num_tokens, kernels::kSelectWarps)),
            dim3(kernels::kSelectWarps * 32), args, 0, stream, "top-k launch");
     fused_logits = nullptr;  // the permutation reads the top-k the launch above wrote
   }
   void* args[] = {&fused_logits, &num_tokens, &num_experts, &top_k, &r};
-  const int smem = 4 * (kernels::permute_segments(num_experts) * num_experts + num_experts + 1);
+  const int smem_pairs = fused_logits ? num_tokens * top_k : 0;
+  const int smem = kernels::permute_segments(num_experts, smem_pairs) * num_experts * 4 +
+                   kernels::permute_fixed_smem(num_experts, smem_pairs);
   launch(reinterpret_cast<const void*>(kernels::permute_kernel), dim3(1), dim3(kernels::kPermuteThreads), args, smem,
          stream, "permutation launch");
 }
