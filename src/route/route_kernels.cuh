@@ -162,6 +162,51 @@ __host__ __device__ inline int permute_segments(int num_experts, int smem_pairs)
   return fit < 1 ? 1 : (fit > kPermuteThreads / 32 ? kPermuteThreads / 32 : fit);
 }
 
+// Warp-wide exclusive scans over experts of `counts` (shared memory): each expert's first sorted
+// row (into `offsets` [E + 1], shared, and the workspace), its count, the active list and each
+// tile size's tile offsets (workspace). Call with one whole warp.
+__device__ __forceinline__ void scan_experts(const int* counts, int* offsets, int num_experts, const RouteBuffers& route) {
+  const int lane = threadIdx.x % 32;
+  const int per_lane = (num_experts + 31) / 32;
+  const int first = lane * per_lane, last = min(num_experts, first + per_lane);
+  int sums[2 + kTileSizeCount] = {};
+  for (int e = first; e < last; ++e) {
+    const int c = counts[e];
+    sums[0] += c;
+    sums[1] += c > 0;
+#pragma unroll
+    for (int i = 0; i < kTileSizeCount; ++i) sums[2 + i] += (c + (8 << i) - 1) / (8 << i);
+  }
+#pragma unroll
+  for (int q = 0; q < 2 + kTileSizeCount; ++q) {
+    int inclusive = sums[q];
+    for (int offset = 1; offset < 32; offset *= 2) {
+      const int up = __shfl_up_sync(0xffffffffu, inclusive, offset);
+      if (lane >= offset) inclusive += up;
+    }
+    sums[q] = inclusive - sums[q];  // exclusive prefix of this lane's chunk
+  }
+  for (int e = first; e < last; ++e) {
+    const int c = counts[e];
+    route.expert_counts[e] = c;
+    offsets[e] = sums[0];
+    route.expert_offsets[e] = sums[0];
+    sums[0] += c;
+    if (c > 0) route.active_experts[sums[1]++] = e;
+#pragma unroll
+    for (int i = 0; i < kTileSizeCount; ++i) {
+      route.tile_offsets[i * (num_experts + 1) + e] = sums[2 + i];
+      sums[2 + i] += (c + (8 << i) - 1) / (8 << i);
+    }
+  }
+  if (lane == 31) {
+    offsets[num_experts] = sums[0];
+    route.expert_offsets[num_experts] = sums[0];
+    route.active_experts[num_experts] = sums[1];
+    for (int i = 0; i < kTileSizeCount; ++i) route.tile_offsets[i * (num_experts + 1) + num_experts] = sums[2 + i];
+  }
+}
+
 // The expert-sorted permutation, in one CTA; with `logits` it first selects every token's experts
 // itself (one launch fewer for small batches: at most kFusedRouteTokens, 8 tokens per warp) and
 // keeps each pair's expert and rank in shared memory, so that no step waits on a global-memory
@@ -186,13 +231,34 @@ __global__ void __launch_bounds__(kPermuteThreads)
   // on the fused path, the workspace's top-k and pair_rows otherwise.
   int* pair_experts = fused ? counts + num_experts : route.topk_experts;
   int* pair_ranks = fused ? pair_experts + num_pairs : route.pair_rows;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const unsigned lanes_below = (1u << lane) - 1u;
   if (fused) {
-    for (int token = threadIdx.x / 32; token < num_tokens; token += kPermuteThreads / 32) {
+    for (int token = warp; token < num_tokens; token += blockDim.x / 32) {
       select_token_experts(logits, token, num_experts, top_k, pair_experts, route);
     }
   }
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const unsigned lanes_below = (1u << lane) - 1u;
+  if (fused && num_pairs <= 32) {
+    // A small batch (the launcher gives it one warp per token): warp 0 holds pair p in lane p, so
+    // a pair's rank among its expert's pairs is a match.any away and one barrier is the only one.
+    __syncthreads();  // the selected experts
+    if (warp != 0) return;
+    for (int e = lane; e < num_experts; e += 32) counts[e] = 0;
+    __syncwarp();
+    const int expert = lane < num_pairs ? pair_experts[lane] : -1;
+    const unsigned peers = __match_any_sync(0xffffffffu, expert);
+    if (expert >= 0 && (peers & lanes_below) == 0) counts[expert] = __popc(peers);
+    __syncwarp();
+    scan_experts(counts, offsets, num_experts, route);
+    __syncwarp();
+    if (expert >= 0) {
+      const int row = offsets[expert] + __popc(peers & lanes_below);
+      route.sorted_pairs[row] = lane;
+      route.pair_rows[lane] = row;
+      route.topk_experts[lane] = expert;
+    }
+    return;
+  }
   for (int i = threadIdx.x; i < segments * num_experts; i += blockDim.x) hist[i] = 0;
   __syncthreads();  // the selected experts and the zeroed histograms
 
@@ -225,50 +291,10 @@ __global__ void __launch_bounds__(kPermuteThreads)
       running += c;
     }
     counts[e] = running;
-    route.expert_counts[e] = running;
   }
   __syncthreads();
 
-  // Warp 0: exclusive scans over experts of the rows, the active flags and each tile size's tiles.
-  if (warp == 0) {
-    const int per_lane = (num_experts + 31) / 32;
-    const int first = lane * per_lane, last = min(num_experts, first + per_lane);
-    int sums[2 + kTileSizeCount] = {};
-    for (int e = first; e < last; ++e) {
-      const int c = counts[e];
-      sums[0] += c;
-      sums[1] += c > 0;
-#pragma unroll
-      for (int i = 0; i < kTileSizeCount; ++i) sums[2 + i] += (c + (8 << i) - 1) / (8 << i);
-    }
-#pragma unroll
-    for (int q = 0; q < 2 + kTileSizeCount; ++q) {
-      int inclusive = sums[q];
-      for (int offset = 1; offset < 32; offset *= 2) {
-        const int up = __shfl_up_sync(0xffffffffu, inclusive, offset);
-        if (lane >= offset) inclusive += up;
-      }
-      sums[q] = inclusive - sums[q];  // exclusive prefix of this lane's chunk
-    }
-    for (int e = first; e < last; ++e) {
-      const int c = counts[e];
-      offsets[e] = sums[0];
-      route.expert_offsets[e] = sums[0];
-      sums[0] += c;
-      if (c > 0) route.active_experts[sums[1]++] = e;
-#pragma unroll
-      for (int i = 0; i < kTileSizeCount; ++i) {
-        route.tile_offsets[i * (num_experts + 1) + e] = sums[2 + i];
-        sums[2 + i] += (c + (8 << i) - 1) / (8 << i);
-      }
-    }
-    if (lane == 31) {
-      offsets[num_experts] = sums[0];
-      route.expert_offsets[num_experts] = sums[0];
-      route.active_experts[num_experts] = sums[1];
-      for (int i = 0; i < kTileSizeCount; ++i) route.tile_offsets[i * (num_experts + 1) + num_experts] = sums[2 + i];
-    }
-  }
+  if (warp == 0) scan_experts(counts, offsets, num_experts, route);
   __syncthreads();
 
   if (warp < segments) {
