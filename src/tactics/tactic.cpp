@@ -34,20 +34,32 @@ int take_number(std::string_view& text, std::string_view prefix, std::string_vie
   return value;
 }
 
+// Every family's name is <family>.r<rows>x<tokens>.w<warps>[x<warps>].<stage letter><n>.k<split>;
+// the ring has one warp per column, so no second warp count.
+struct Spelling {
+  KernelFamily family;
+  std::string_view prefix;
+  bool warps_tokens;
+  std::string_view stages;
+};
+constexpr Spelling kSpellings[] = {{KernelFamily::kGemv, "gemv", true, ".u"},
+                                   {KernelFamily::kGemvRing, "ring", false, ".s"},
+                                   {KernelFamily::kMmaTile, "mma", true, ".s"}};
+
 }  // namespace
 
 std::string Tactic::name() const {
-  const std::string split = ".k" + std::to_string(k_split);
-  if (family == KernelFamily::kGemvRing) {
-    return "ring.r" + std::to_string(tile_rows) + "x" + std::to_string(tile_tokens) + ".w" + std::to_string(warps_rows) +
-           ".s" + std::to_string(stages) + split;
-  }
-  if (family == KernelFamily::kGemv) {
-    return "gemv.r" + std::to_string(tile_rows) + "x" + std::to_string(tile_tokens) + ".w" + std::to_string(warps_rows) +
-           "x" + std::to_string(warps_tokens) + ".u" + std::to_string(stages) + split;
-  }
-  return "mma.r" + std::to_string(tile_rows) + "x" + std::to_string(tile_tokens) + ".w" + std::to_string(warps_rows) +
-         "x" + std::to_string(warps_tokens) + ".s" + std::to_string(stages) + split;
+  const Spelling& f = *std::find_if(std::begin(kSpellings), std::end(kSpellings),
+                                    [&](const Spelling& s) { return s.family == family; });
+  std::string s(f.prefix);
+  auto add = [&](std::string_view separator, int value) { s.append(separator).append(std::to_string(value)); };
+  add(".r", tile_rows);
+  add("x", tile_tokens);
+  add(".w", warps_rows);
+  if (f.warps_tokens) add("x", warps_tokens);
+  add(f.stages, stages);
+  add(".k", k_split);
+  return s;
 }
 
 Tactic Tactic::binary() const {
@@ -58,34 +70,20 @@ Tactic Tactic::binary() const {
 
 Tactic parse_tactic(std::string_view name) {
   std::string_view rest = name;
-  Tactic t;
-  if (rest.substr(0, 5) == "gemv.") {
-    rest.remove_prefix(4);
-    t.family = KernelFamily::kGemv;
-    t.tile_rows = take_number(rest, ".r", name);
-    t.tile_tokens = take_number(rest, "x", name);
-    t.warps_rows = take_number(rest, ".w", name);
-    t.warps_tokens = take_number(rest, "x", name);
-    t.stages = take_number(rest, ".u", name);
-  } else if (rest.substr(0, 5) == "ring.") {
-    rest.remove_prefix(4);
-    t.family = KernelFamily::kGemvRing;
-    t.tile_rows = take_number(rest, ".r", name);
-    t.tile_tokens = take_number(rest, "x", name);
-    t.warps_rows = take_number(rest, ".w", name);
-    t.warps_tokens = 1;
-    t.stages = take_number(rest, ".s", name);
-  } else if (rest.substr(0, 4) == "mma.") {
-    rest.remove_prefix(3);
-    t.family = KernelFamily::kMmaTile;
-    t.tile_rows = take_number(rest, ".r", name);
-    t.tile_tokens = take_number(rest, "x", name);
-    t.warps_rows = take_number(rest, ".w", name);
-    t.warps_tokens = take_number(rest, "x", name);
-    t.stages = take_number(rest, ".s", name);
-  } else {
+  const Spelling* f = std::find_if(std::begin(kSpellings), std::end(kSpellings), [&](const Spelling& s) {
+    return rest.substr(0, s.prefix.size()) == s.prefix && rest.substr(s.prefix.size(), 1) == ".";
+  });
+  if (f == std::end(kSpellings)) {
     throw Error("malformed tactic '" + std::string(name) + "': expected 'gemv.', 'ring.' or 'mma.'");
   }
+  rest.remove_prefix(f->prefix.size());
+  Tactic t;
+  t.family = f->family;
+  t.tile_rows = take_number(rest, ".r", name);
+  t.tile_tokens = take_number(rest, "x", name);
+  t.warps_rows = take_number(rest, ".w", name);
+  t.warps_tokens = f->warps_tokens ? take_number(rest, "x", name) : 1;
+  t.stages = take_number(rest, f->stages, name);
   t.k_split = take_number(rest, ".k", name);
   if (!rest.empty()) throw Error("malformed tactic '" + std::string(name) + "': trailing '" + std::string(rest) + "'");
   return t;
