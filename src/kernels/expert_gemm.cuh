@@ -99,6 +99,21 @@ __device__ __forceinline__ GemvWork gemv_work(const ExpertGemmArgs& args, int k_
   return w;
 }
 
+// The GEMV families' dynamic shared memory up to the staging's end (smem_bytes.hpp,
+// gemv_staging_bytes): kTokens source-row slots, then args.staged_rows rows at w.row_stride; what
+// each kernel keeps past it (partial sums, rings) starts at `end`.
+template <int kTokens>
+struct GemvStaging {
+  long long* source_rows;
+  unsigned short* rows;
+  unsigned char* end;
+
+  __device__ __forceinline__ GemvStaging(const ExpertGemmArgs& args, const GemvWork& w)
+      : source_rows(reinterpret_cast<long long*>(dynamic_smem())),
+        rows(reinterpret_cast<unsigned short*>(dynamic_smem() + kTokens * 8)),
+        end(dynamic_smem() + kTokens * 8 + args.staged_rows * w.row_stride * 2) {}
+};
+
 // Stages sorted rows [first_row + group, + tokens) of the input over the work's K range into rows
 // 0..args.staged_rows-1 of `staged`, zeros past `tokens` and past K. The whole CTA takes part; the
 // caller synchronises before reading. The rows' sources are looked up once into `source_rows`

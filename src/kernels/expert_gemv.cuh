@@ -74,8 +74,6 @@ __global__ void __launch_bounds__(kColumns * kWarpsK * 32, (kGemvMinBlocks<kColu
     expert_gemv_kernel(ExpertGemmArgs args, int k_split) {
   static_assert(kTokens == 8 || kTokens == 16, "8 or 16 tokens per pass");
   constexpr int kAccumulators = kTokens / 8 * 4;
-  auto* source_rows = reinterpret_cast<long long*>(dynamic_smem());
-  auto* staged = reinterpret_cast<unsigned short*>(dynamic_smem() + kTokens * 8);
   if constexpr (kFc1) {
     wait_for_prerequisite_grids();  // the routing
     allow_dependent_grids();
@@ -86,14 +84,14 @@ __global__ void __launch_bounds__(kColumns * kWarpsK * 32, (kGemvMinBlocks<kColu
   const int column_in_cta = warp % kColumns, k_part = warp / kColumns;
   const int row_tile = blockIdx.x * kColumns + column_in_cta;
   const bool streams = row_tile < w.row_tiles;
-  const int row_stride = w.row_stride;
   // This warp's records of the split: [first_record, end_record), relative to the split's first.
   const int first_record = k_part * w.records / kWarpsK;
   const int end_record = (k_part + 1) * w.records / kWarpsK;
   const unsigned char* column = w.column(args, row_tile);
+  const GemvStaging<kTokens> staging(args, w);
   const unsigned short* b_rows[kTokens / 8];
-  token_fragment_rows<kTokens>(b_rows, staged, args.staged_rows, row_stride);
-  auto* partial = reinterpret_cast<float*>(staged + args.staged_rows * row_stride);  // [kWarpsK - 1][kColumns][32][acc]
+  token_fragment_rows<kTokens>(b_rows, staging.rows, args.staged_rows, w.row_stride);
+  auto* partial = reinterpret_cast<float*>(staging.end);  // [kWarpsK - 1][kColumns][32][acc]
 
   RecordBatch<kUnroll> batch_a, batch_b;
   batch_a.load(column, first_record, end_record, streams, lane);
@@ -104,10 +102,10 @@ __global__ void __launch_bounds__(kColumns * kWarpsK * 32, (kGemvMinBlocks<kColu
   for (int group = 0; group < w.count; group += kTokens) {
     const int tokens = min(kTokens, w.count - group);
     if (group > 0) {
-      __syncthreads();  // the previous group's MMAs and sums are done with `staged` and `partial`
+      __syncthreads();  // the previous group's MMAs and sums are done with the staged rows and `partial`
       batch_a.load(column, first_record, end_record, streams, lane);
     }
-    stage_token_rows<kFc1>(args, w, group, tokens, source_rows, staged);
+    stage_token_rows<kFc1>(args, w, group, tokens, staging.source_rows, staging.rows);
     __syncthreads();
 
     float acc[kTokens / 8][4] = {};

@@ -19,9 +19,6 @@ template <int kColumns, int kTokens, bool kFc1, int kStages>
 __global__ void __launch_bounds__(kColumns * 32) expert_gemv_ring_kernel(ExpertGemmArgs args, int k_split) {
   static_assert(kTokens == 8 || kTokens == 16, "8 or 16 tokens per pass");
   constexpr int kChunkBytes = kRingChunkRecords * kRecordBytes;
-  auto* source_rows = reinterpret_cast<long long*>(dynamic_smem());
-  unsigned char* smem = dynamic_smem() + kTokens * 8;  // past the source rows: the staged rows, rings, barriers
-  auto* staged = reinterpret_cast<unsigned short*>(smem);
   if constexpr (kFc1) {
     wait_for_prerequisite_grids();  // the routing
     allow_dependent_grids();
@@ -33,14 +30,13 @@ __global__ void __launch_bounds__(kColumns * 32) expert_gemv_ring_kernel(ExpertG
   const bool streams = row_tile < w.row_tiles;
   const int records = w.records;
   const int chunks = (records + kRingChunkRecords - 1) / kRingChunkRecords;
-  const int row_stride = w.row_stride;
   const unsigned char* column = w.column(args, row_tile);
-  unsigned char* ring = smem + args.staged_rows * row_stride * 2 + warp * kStages * kChunkBytes;
+  const GemvStaging<kTokens> staging(args, w);  // then the warps' rings, then their barriers
+  unsigned char* ring = staging.end + warp * kStages * kChunkBytes;
   const unsigned ring_address = shared_address(ring);
-  const unsigned barriers =
-      shared_address(smem + args.staged_rows * row_stride * 2 + kColumns * kStages * kChunkBytes) + warp * kStages * 8;
+  const unsigned barriers = shared_address(staging.end + kColumns * kStages * kChunkBytes) + warp * kStages * 8;
   const unsigned short* b_rows[kTokens / 8];
-  token_fragment_rows<kTokens>(b_rows, staged, args.staged_rows, row_stride);
+  token_fragment_rows<kTokens>(b_rows, staging.rows, args.staged_rows, w.row_stride);
 
   if (lane == 0) {
     for (int s = 0; s < kStages; ++s) mbarrier_init(barriers + 8 * s, 1);
@@ -70,10 +66,10 @@ __global__ void __launch_bounds__(kColumns * 32) expert_gemv_ring_kernel(ExpertG
   for (int group = 0; group < w.count; group += kTokens) {
     const int tokens = min(kTokens, w.count - group);
     if (group > 0) {
-      __syncthreads();  // the previous group's MMAs are done with `staged`
+      __syncthreads();  // the previous group's MMAs are done with the staged rows
       fill();
     }
-    stage_token_rows<kFc1>(args, w, group, tokens, source_rows, staged);
+    stage_token_rows<kFc1>(args, w, group, tokens, staging.source_rows, staging.rows);
     __syncthreads();
     if (!streams) continue;
 
