@@ -25,11 +25,13 @@ __device__ __forceinline__ unsigned shared_address(const void* p) {
   return static_cast<unsigned>(__cvta_generic_to_shared(p));
 }
 
-// Four 8x8 bf16 matrices; lanes 8 i .. 8 i + 7 give the row addresses of matrix i.
-__device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], const void* row) {
+// Four 8x8 bf16 matrices; lanes 8 i .. 8 i + 7 give the row addresses of matrix i, as shared-window
+// addresses (shared_address): kept in a 32-bit register, an address costs one add per use, where a
+// generic pointer costs a conversion each time.
+__device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], unsigned row) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(shared_address(row)));
+               : "r"(row));
 }
 
 // 16 bytes global -> shared, bypassing L1; with `valid` false the destination is zero-filled and

@@ -140,27 +140,31 @@ __device__ __forceinline__ void stage_token_rows(const ExpertGemmArgs& args, con
   cp_async_wait<0>();
 }
 
-// This lane's ldmatrix row addresses (at K offset 0) in each 8-token tile of `staged`: token
-// 8 t + lane % 8, or row 0 for tokens past the staged rows. Those tokens' MMA columns are never
-// stored, and an MMA's output columns do not mix, so whatever row 0 holds serves.
+// This lane's ldmatrix row addresses (shared window, at K offset 0) in each 8-token tile of `staged`:
+// token 8 t + lane % 8, or row 0 for tokens past the staged rows. Those tokens' MMA columns are
+// never stored, and an MMA's output columns do not mix, so whatever row 0 holds serves.
 template <int kTokens>
-__device__ __forceinline__ void token_fragment_rows(const unsigned short* (&rows)[kTokens / 8],
-                                                    const unsigned short* staged, int staged_rows, int row_stride) {
+__device__ __forceinline__ void token_fragment_rows(unsigned (&rows)[kTokens / 8], const unsigned short* staged,
+                                                    int staged_rows, int row_stride) {
   const int lane = threadIdx.x % 32;
+  const unsigned base = shared_address(staged);
 #pragma unroll
   for (int t = 0; t < kTokens / 8; ++t) {
     const int row = 8 * t + lane % 8;
-    rows[t] = staged + (row < staged_rows ? row : 0) * row_stride + 8 * (lane / 8);
+    rows[t] = base + 2 * ((row < staged_rows ? row : 0) * row_stride + 8 * (lane / 8));
   }
 }
+
+// Bytes between a lane's ldmatrix row addresses of consecutive records (64 bf16 of K).
+constexpr unsigned kRecordKBytes = 2 * kRecordK;
 
 // The B fragments of one 8-token tile over a record's 64 K: `b_row` is this lane's ldmatrix row
 // address (token lane % 8, K offset 8 * (lane / 8)) at the record's first K; b[2 j], b[2 j + 1]
 // feed k-step j.
-__device__ __forceinline__ void load_token_fragments(unsigned (&b)[8], const unsigned short* b_row) {
+__device__ __forceinline__ void load_token_fragments(unsigned (&b)[8], unsigned b_row) {
   unsigned lo[4], hi[4];
   ldmatrix_x4(lo, b_row);       // k-steps 0 and 1
-  ldmatrix_x4(hi, b_row + 32);  // k-steps 2 and 3
+  ldmatrix_x4(hi, b_row + 64);  // k-steps 2 and 3 (32 bf16 on)
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     b[i] = lo[i];

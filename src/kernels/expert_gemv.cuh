@@ -48,7 +48,7 @@ struct RecordBatch {
 
 template <int kTokens, int kUnroll>
 __device__ __forceinline__ void multiply_batch(float (&acc)[kTokens / 8][4], const RecordBatch<kUnroll>& batch, int first,
-                                               int end, const unsigned short* const (&b_rows)[kTokens / 8]) {
+                                               int end, const unsigned (&b_rows)[kTokens / 8]) {
 #pragma unroll
   for (int u = 0; u < kUnroll; ++u) {
     if (first + u < end) {
@@ -57,7 +57,7 @@ __device__ __forceinline__ void multiply_batch(float (&acc)[kTokens / 8][4], con
 #pragma unroll
       for (int t = 0; t < kTokens / 8; ++t) {
         unsigned b[8];
-        load_token_fragments(b, b_rows[t] + (first + u) * kRecordK);
+        load_token_fragments(b, b_rows[t] + (first + u) * kRecordKBytes);
         mma_record(acc[t], a, b);
       }
     }
@@ -89,7 +89,7 @@ __global__ void __launch_bounds__(kColumns * kWarpsK * 32, (kGemvMinBlocks<kColu
   const int end_record = (k_part + 1) * w.records / kWarpsK;
   const unsigned char* column = w.column(args, row_tile);
   const GemvStaging<kTokens> staging(args, w);
-  const unsigned short* b_rows[kTokens / 8];
+  unsigned b_rows[kTokens / 8];
   token_fragment_rows<kTokens>(b_rows, staging.rows, args.staged_rows, w.row_stride);
   auto* partial = reinterpret_cast<float*>(staging.end);  // [kWarpsK - 1][kColumns][32][acc]
 

@@ -35,7 +35,7 @@ __global__ void __launch_bounds__(kColumns * 32) expert_gemv_ring_kernel(ExpertG
   unsigned char* ring = staging.end + warp * kStages * kChunkBytes;
   const unsigned ring_address = shared_address(ring);
   const unsigned barriers = shared_address(staging.end + kColumns * kStages * kChunkBytes) + warp * kStages * 8;
-  const unsigned short* b_rows[kTokens / 8];
+  unsigned b_rows[kTokens / 8];
   token_fragment_rows<kTokens>(b_rows, staging.rows, args.staged_rows, w.row_stride);
 
   if (lane == 0) {
@@ -90,7 +90,7 @@ __global__ void __launch_bounds__(kColumns * 32) expert_gemv_ring_kernel(ExpertG
 #pragma unroll
           for (int t = 0; t < kTokens / 8; ++t) {
             unsigned b[8];
-            load_token_fragments(b, b_rows[t] + record * kRecordK);
+            load_token_fragments(b, b_rows[t] + record * kRecordKBytes);
             mma_record(acc[t], a, b);
           }
         }

@@ -118,8 +118,8 @@ __global__ void __launch_bounds__(kWarpsRows * kWarpsTokens * 32)
     }
 #pragma unroll
     for (int t = 0; t < kWarpTiles; ++t) {
-      const unsigned short* b_row =
-          activations + ((warp_token * kWarpTiles + t) * 8 + lane % 8) * Smem::kRowStride + 8 * (lane / 8);
+      const int token = (warp_token * kWarpTiles + t) * 8 + lane % 8;
+      const unsigned b_row = shared_address(activations + token * Smem::kRowStride + 8 * (lane / 8));
       unsigned b[8];
       load_token_fragments(b, b_row);
 #pragma unroll

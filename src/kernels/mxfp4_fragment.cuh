@@ -51,6 +51,14 @@ MXMOE_HOST_DEVICE unsigned e8m0_to_bf16_bits(unsigned s) {
   return (s << 7) | ((s == 0u || s == 255u) ? 0x40u : 0u);
 }
 
+// Whether all four E8M0 codes of a scale word lie in [1, 128], where 2^(s - 1) is a normal bf16
+// (dequantize_record's one-multiply path). Adding 127 to a byte sets its top bit, and carries out
+// of none, iff its code is in range; a carry only ever follows a byte that already failed, so one
+// add and one mask test the four codes at once.
+MXMOE_HOST_DEVICE bool scale_codes_take_one_multiply(unsigned scale_word) {
+  return ((scale_word + 0x7F7F7F7Fu) & 0x80808080u) == 0x80808080u;
+}
+
 // Row r of record (row_tile t) of a matrix whose packed rows are FC1's: record rows 0-7 are the glu
 // rows of outputs 8 t .. 8 t + 7 and record rows 8-15 the linear rows of the same outputs, so the
 // thread that holds glu(j) in its accumulators also holds lin(j). Returns the checkpoint row
@@ -73,23 +81,17 @@ namespace mxmoe::kernels {
 // factor is a normal bf16 for scale codes 1-128 (block maxima up to 8, so every real weight);
 // a lane holding any other code takes two multiplies, by 2^126 and by 2^(s - 127), which is exact
 // for every code, 0 and 255 (NaN) included. Cost per 32 weights: 16 extractions, 16 multiplies
-// (32 on the rare path), and the factor setup.
+// (32 on the rare path), and the factors: on the common path one add and one mask test the four
+// codes (scale_codes_take_one_multiply), and one add plus a byte permute and a shift per factor
+// build 2^(s - 1) in both halves.
 __device__ __forceinline__ void dequantize_record(uint4 values, unsigned scale_word, unsigned (&a)[4][4]) {
   constexpr unsigned kTwoTo126 = 0x7E807E80u;
   unsigned factor[4];  // [rows g, b0], [rows g + 8, b0], [rows g, b1], [rows g + 8, b1]
-  bool one_multiply = true;
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const unsigned s = (scale_word >> (8 * i)) & 0xFFu;
-    one_multiply = one_multiply && (s - 1u) < 128u;
-  }
   const unsigned words[4] = {values.x, values.y, values.z, values.w};
-  if (one_multiply) {
+  if (scale_codes_take_one_multiply(scale_word)) {
+    const unsigned exponents = scale_word + 0x7E7E7E7Eu;  // s + 126 per byte: 2^(s - 1)'s exponent field
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const unsigned bits = (((scale_word >> (8 * i)) & 0xFFu) + 126u) << 7;  // 2^(s - 1)
-      factor[i] = bits | (bits << 16);
-    }
+    for (int i = 0; i < 4; ++i) factor[i] = __byte_perm(exponents, 0u, 0x4040u | (0x0101u * i)) << 7;
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
 #pragma unroll

@@ -6,6 +6,7 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <random>
 #include <set>
 
 #include "common/random.hpp"
@@ -123,6 +124,36 @@ TEST(Records, ScaleBitsDecodeEveryE8m0Code) {
       EXPECT_EQ(f, decode_e8m0(static_cast<uint8_t>(s))) << s;
     }
   }
+}
+
+// The one-add range test against the per-byte definition: every code in each byte position with
+// the other three bytes drawn from the edges of the range and random codes.
+TEST(Records, ScaleWordRangeTestMatchesEveryByteInOneToOneTwentyEight) {
+  const uint32_t edges[] = {0, 1, 2, 64, 127, 128, 129, 200, 254, 255};
+  std::mt19937 rng(7);
+  auto expected = [](uint32_t word) {
+    for (int i = 0; i < 4; ++i) {
+      const uint32_t s = (word >> (8 * i)) & 0xFFu;
+      if (s < 1 || s > 128) return false;
+    }
+    return true;
+  };
+  int checked = 0, in_range = 0;
+  for (int position = 0; position < 4; ++position) {
+    for (uint32_t s = 0; s < 256; ++s) {
+      for (int trial = 0; trial < 64; ++trial) {
+        uint32_t word = 0;
+        for (int i = 0; i < 4; ++i) {
+          const uint32_t other = trial % 2 == 0 ? edges[rng() % 10] : rng() % 256;
+          word |= (i == position ? s : other) << (8 * i);
+        }
+        EXPECT_EQ(kernels::scale_codes_take_one_multiply(word), expected(word)) << std::hex << word;
+        in_range += expected(word) ? 1 : 0;
+        ++checked;
+      }
+    }
+  }
+  EXPECT_GT(in_range, checked / 50);  // both outcomes exercised
 }
 
 TEST(Records, PairBitsTimesTwoTo126DecodeEveryE2m1Code) {
