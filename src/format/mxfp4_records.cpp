@@ -1,5 +1,6 @@
-// Packing to and from the kernel record layout. Both directions walk the same (lane, k-step, nibble)
-// -> (row, k) map, `element_of`, which is the fragment table of kernels/mxfp4_fragment.cuh.
+// Packing to and from the kernel record layout. Both directions walk the same (lane, k-step,
+// register, half) -> (row, k) map, `element_of`, which is the fragment table of
+// kernels/mxfp4_fragment.cuh, and place a code's bits in the word with e2m1_place_code.
 #include "format/mxfp4_records.hpp"
 
 #include <cstring>
@@ -22,14 +23,12 @@ struct Element {
   int k;    // within the record, 0-63
 };
 
-// Nibble n (0-7) of lane `lane`'s word for k-step j. Inverse of the table in mxfp4_fragment.cuh:
-// nibble n belongs to fragment register 3 - (n % 4), low half for n < 4.
-Element element_of(int lane, int j, int nibble) {
-  const int reg = 3 - nibble % 4;
-  const int high_half = nibble / 4;
+// Element `half` of fragment register `reg` of lane `lane`'s word for k-step j (the table in
+// mxfp4_fragment.cuh).
+Element element_of(int lane, int j, int reg, int half) {
   const int g = lane / 4, c = 2 * (lane % 4);
   const int row = g + ((reg == 1 || reg == 3) ? 8 : 0);
-  const int col = c + ((reg >= 2) ? 8 : 0) + high_half;
+  const int col = c + ((reg >= 2) ? 8 : 0) + half;
   return {row, 16 * j + col};
 }
 
@@ -50,11 +49,12 @@ void check(const RecordGeometry& g, size_t blocks, size_t scales, size_t records
   }
 }
 
-// Calls value(byte, shift, element) for every nibble of every record, where `element` is the
-// checkpoint element the nibble holds (its index in [experts, rows, K]) or -1 in the K padding, and
+// Calls value(word, reg, half, element) for every element of every record, where `word` is the
+// byte offset of its 32-bit word, (reg, half) its place in the word, and `element` the checkpoint
+// element it holds (its index in [experts, rows, K]) or -1 in the K padding, and
 // scale(byte, block) for every scale byte, `block` being the checkpoint scale index or -1. Runs in
 // parallel over (expert, row tile); items own disjoint checkpoint rows (a row tile holds 16 whole
-// rows in either order), so read-modify-writes of shared nibble bytes never cross items.
+// rows in either order), so read-modify-writes of shared words never cross items.
 template <typename Value, typename Scale>
 void walk_records(const RecordGeometry& g, RowOrder order, Value value, Scale scale) {
   parallel_for(static_cast<size_t>(g.experts) * g.row_tiles(), 0, [&](size_t item) {
@@ -69,9 +69,11 @@ void walk_records(const RecordGeometry& g, RowOrder order, Value value, Scale sc
       const size_t record = first_record + kt;
       for (int lane = 0; lane < 32; ++lane) {
         for (int j = 0; j < 4; ++j) {
-          for (int nibble = 0; nibble < 8; ++nibble) {
-            const Element e = element_of(lane, j, nibble);
-            value(record * kRecordBytes + 16 * lane + 4 * j + nibble / 2, 4 * (nibble % 2), element_at(e.row, 64 * kt + e.k));
+          for (int reg = 0; reg < 4; ++reg) {
+            for (int half = 0; half < 2; ++half) {
+              const Element e = element_of(lane, j, reg, half);
+              value(record * kRecordBytes + 16 * lane + 4 * j, reg, half, element_at(e.row, 64 * kt + e.k));
+            }
           }
         }
       }
@@ -100,10 +102,11 @@ std::vector<uint8_t> pack_records(const RecordGeometry& g, RowOrder order, std::
   std::vector<uint8_t> records(g.bytes(), 0);
   walk_records(
       g, order,
-      [&](size_t byte, int shift, long long element) {
+      [&](size_t word, int reg, int half, long long element) {
         if (element < 0) return;  // K padding stays zero
-        const uint8_t code = (blocks[element / 2] >> (4 * (element % 2))) & 0xF;
-        records[byte] |= static_cast<uint8_t>(code << shift);
+        const unsigned code = (blocks[element / 2] >> (4 * (element % 2))) & 0xF;
+        const unsigned bits = kernels::e2m1_place_code(code, reg, half);
+        for (int b = 0; b < 4; ++b) records[word + b] |= static_cast<uint8_t>(bits >> (8 * b));
       },
       [&](size_t byte, long long block) { records[byte] = block < 0 ? static_cast<uint8_t>(kE8m0Bias) : scales[block]; });
   return records;
@@ -115,8 +118,11 @@ void unpack_records(const RecordGeometry& g, RowOrder order, std::span<const uin
   std::memset(blocks.data(), 0, blocks.size());
   walk_records(
       g, order,
-      [&](size_t byte, int shift, long long element) {
-        if (element >= 0) blocks[element / 2] |= static_cast<uint8_t>(((records[byte] >> shift) & 0xF) << (4 * (element % 2)));
+      [&](size_t word, int reg, int half, long long element) {
+        if (element < 0) return;
+        uint32_t bits = 0;
+        for (int b = 0; b < 4; ++b) bits |= static_cast<uint32_t>(records[word + b]) << (8 * b);
+        blocks[element / 2] |= static_cast<uint8_t>(kernels::e2m1_code_at(bits, reg, half) << (4 * (element % 2)));
       },
       [&](size_t byte, long long block) {
         if (block >= 0) scales[block] = records[byte];

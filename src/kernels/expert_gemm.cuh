@@ -151,7 +151,8 @@ __device__ __forceinline__ void token_fragment_rows(unsigned (&rows)[kTokens / 8
 #pragma unroll
   for (int t = 0; t < kTokens / 8; ++t) {
     const int row = 8 * t + lane % 8;
-    rows[t] = base + 2 * ((row < staged_rows ? row : 0) * row_stride + 8 * (lane / 8));
+    const unsigned address = base + 2 * ((row < staged_rows ? row : 0) * row_stride + 8 * (lane / 8));
+    asm volatile("mov.b32 %0, %1;\n" : "=r"(rows[t]) : "r"(address));
   }
 }
 

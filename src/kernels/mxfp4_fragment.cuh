@@ -9,13 +9,14 @@
 // Values: lane l of a warp owns bytes [16 l, 16 l + 16): one 32-bit word per 16-wide k-step j of the
 // record. With g = l / 4 and c = 2 (l % 4), word j holds exactly the eight elements that the
 // m16n8k16 A fragment (row-major 16 x 16 tile at K offset 16 j) gives lane l:
-//   fragment register i      elements (row, k - 16 j)        nibbles (low half, high half)
-//   0  a0 a1                 (g, c), (g, c + 1)              3, 7
-//   1  a2 a3                 (g + 8, c), (g + 8, c + 1)      2, 6
-//   2  a4 a5                 (g, c + 8), (g, c + 9)          1, 5
-//   3  a6 a7                 (g + 8, c + 8), (g + 8, c + 9)  0, 4
-// so one 16-byte load per lane per record feeds four MMAs with no shuffles, and a nibble pair
-// becomes a bf16x2 register in three integer operations (e2m1_pair_bits).
+//   fragment register i      elements (row, k - 16 j)
+//   0  a0 a1                 (g, c), (g, c + 1)
+//   1  a2 a3                 (g + 8, c), (g + 8, c + 1)
+//   2  a4 a5                 (g, c + 8), (g, c + 9)
+//   3  a6 a7                 (g + 8, c + 8), (g + 8, c + 9)
+// so one 16-byte load per lane per record feeds four MMAs with no shuffles. Within the word the
+// E2M1 code bits are not nibbles: each register's two elements are spread so that a rotation and
+// a mask turn them into a bf16x2 register (e2m1_pair_bits, e2m1_code_bit).
 // Scales: word g (bytes 512 + 4 g) = [s(g, b0), s(g + 8, b0), s(g, b1), s(g + 8, b1)], where b0
 // covers k-steps 0-1 and b1 k-steps 2-3; lanes of a quad read the same word.
 // The same fragment is also the B operand of a weight-as-B MMA, so the layout does not fix an
@@ -36,13 +37,42 @@ constexpr int kRecordValueBytes = 512;
 constexpr int kRecordScaleBytes = 32;
 constexpr int kRecordBytes = kRecordValueBytes + kRecordScaleBytes;
 
-// Nibble pair i (0-3) of `word` as bf16x2 bits worth value * 2^-126: the sign goes to bit 15 and
-// the 3 magnitude bits (e e m) to the bottom of the bf16 exponent and the top of its mantissa, so
-// exponent field 0 gives the E2M1 subnormal 0.5 as the bf16 subnormal 2^-127. Pair i is nibbles
-// (3 - i, 7 - i): low half from the low 16 bits.
-MXMOE_HOST_DEVICE unsigned e2m1_pair_bits(unsigned word, int pair) {
-  const unsigned w = word << (4 * pair);
-  return (w & 0x80008000u) | ((w & 0x70007000u) >> 6);
+// Where the code bits sit. Element `half` (0: a0/a2/a4/a6, 1: the other) of fragment register
+// `reg` is wanted as bf16 bits worth value * 2^-126: code bit b (0: mantissa, 1-2: exponent, 3:
+// sign) at bf16x2 bit 6 + b (b < 3) or 15, plus 16 for the high half, so exponent field 0 gives the
+// E2M1 subnormal 0.5 as the bf16 subnormal 2^-127. In the stored word that bit sits
+// pair_rotation(reg, b) places lower (mod 32), and the four registers' rotations (0, 4, 10, and 6 /
+// 14 for register 3's exponent bit 1) tile the word's 32 bits exactly. Registers 0-2 so cost one
+// rotate and one mask and register 3 four operations: 9 per word, where nibbles cost 15.
+MXMOE_HOST_DEVICE int pair_rotation(int reg, int bit) {
+  return reg == 0 ? 0 : reg == 1 ? 4 : reg == 2 ? 10 : (bit == 2 ? 14 : 6);
+}
+MXMOE_HOST_DEVICE int e2m1_code_bit(int reg, int half, int bit) {
+  const int target = (bit < 3 ? 6 + bit : 15) + 16 * half;
+  return (target - pair_rotation(reg, bit) + 32) % 32;
+}
+MXMOE_HOST_DEVICE unsigned rotate_left(unsigned word, int bits) {
+  return bits == 0 ? word : (word << bits) | (word >> (32 - bits));
+}
+
+// The word bits that store E2M1 `code` as element `half` of register `reg`, and the reverse.
+MXMOE_HOST_DEVICE unsigned e2m1_place_code(unsigned code, int reg, int half) {
+  unsigned word = 0;
+  for (int bit = 0; bit < 4; ++bit) word |= ((code >> bit) & 1u) << e2m1_code_bit(reg, half, bit);
+  return word;
+}
+MXMOE_HOST_DEVICE unsigned e2m1_code_at(unsigned word, int reg, int half) {
+  unsigned code = 0;
+  for (int bit = 0; bit < 4; ++bit) code |= ((word >> e2m1_code_bit(reg, half, bit)) & 1u) << bit;
+  return code;
+}
+
+// Register `reg`'s two elements of `word` as bf16x2 bits worth value * 2^-126 (low half: a0/a2/...).
+MXMOE_HOST_DEVICE unsigned e2m1_pair_bits(unsigned word, int reg) {
+  constexpr unsigned kPairBits = 0x81C081C0u;  // bf16x2 bits 6-8 and 15 of both halves
+  if (reg < 3) return rotate_left(word, pair_rotation(reg, 0)) & kPairBits;
+  return (rotate_left(word, pair_rotation(3, 0)) & (kPairBits & ~0x01000100u)) |
+         (rotate_left(word, pair_rotation(3, 2)) & 0x01000100u);
 }
 
 // bf16 bits of the E8M0 scale 2^(s - 127): exponent field s; s = 0 is the subnormal 2^-127 and
@@ -76,7 +106,7 @@ MXMOE_HOST_DEVICE int fc1_checkpoint_row(int packed_row) {
 namespace mxmoe::kernels {
 
 // One record's share of a lane (16 value bytes, its quad's 4 scale bytes) as four k-steps of
-// m16n8k16 A fragments: a[j] feeds the MMA at K offset 16 j. The extraction (~3 integer ops per
+// m16n8k16 A fragments: a[j] feeds the MMA at K offset 16 j. The extraction (~2 integer ops per
 // pair) yields value * 2^-126; one bf16x2 multiply by 2^(s - 1) makes it value * 2^(s - 127). That
 // factor is a normal bf16 for scale codes 1-128 (block maxima up to 8, so every real weight);
 // a lane holding any other code takes two multiplies, by 2^126 and by 2^(s - 127), which is exact

@@ -156,13 +156,36 @@ TEST(Records, ScaleWordRangeTestMatchesEveryByteInOneToOneTwentyEight) {
   EXPECT_GT(in_range, checked / 50);  // both outcomes exercised
 }
 
+// The eight elements' code bits tile the 32-bit word: each bit belongs to exactly one.
+TEST(Records, CodeBitsTileTheWord) {
+  uint64_t seen = 0;
+  for (int reg = 0; reg < 4; ++reg) {
+    for (int half = 0; half < 2; ++half) {
+      const uint32_t bits = kernels::e2m1_place_code(15, reg, half);
+      EXPECT_EQ(std::popcount(bits), 4) << reg << " " << half;
+      EXPECT_EQ(seen & bits, 0u) << reg << " " << half;
+      seen |= bits;
+    }
+  }
+  EXPECT_EQ(seen, 0xFFFFFFFFu);
+}
+
 TEST(Records, PairBitsTimesTwoTo126DecodeEveryE2m1Code) {
   for (uint32_t lo = 0; lo < 16; ++lo) {
     for (uint32_t hi = 0; hi < 16; ++hi) {
-      const uint32_t word = (lo << 12) | (hi << 28);  // pair 0 reads nibbles 3 and 7
-      const uint32_t bits = kernels::e2m1_pair_bits(word, 0);
-      EXPECT_EQ(bf16_to_float(Bf16{static_cast<uint16_t>(bits)}) * 0x1p126f, decode_e2m1(lo));
-      EXPECT_EQ(bf16_to_float(Bf16{static_cast<uint16_t>(bits >> 16)}) * 0x1p126f, decode_e2m1(hi));
+      for (int reg = 0; reg < 4; ++reg) {
+        // The other registers' elements hold the complement codes, so a bit read from the wrong
+        // place shows.
+        uint32_t word = kernels::e2m1_place_code(lo, reg, 0) | kernels::e2m1_place_code(hi, reg, 1);
+        for (int other = 0; other < 4; ++other) {
+          if (other != reg) word |= kernels::e2m1_place_code(15 - lo, other, 0) | kernels::e2m1_place_code(15 - hi, other, 1);
+        }
+        EXPECT_EQ(kernels::e2m1_code_at(word, reg, 0), lo);
+        EXPECT_EQ(kernels::e2m1_code_at(word, reg, 1), hi);
+        const uint32_t bits = kernels::e2m1_pair_bits(word, reg);
+        EXPECT_EQ(bf16_to_float(Bf16{static_cast<uint16_t>(bits)}) * 0x1p126f, decode_e2m1(lo)) << reg;
+        EXPECT_EQ(bf16_to_float(Bf16{static_cast<uint16_t>(bits >> 16)}) * 0x1p126f, decode_e2m1(hi)) << reg;
+      }
     }
   }
 }

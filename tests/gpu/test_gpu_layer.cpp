@@ -307,13 +307,19 @@ TEST(GpuLayerArguments, BadArgumentsThrowBeforeAnyLaunch) {
 
 TEST(GpuDequant, EveryCodeUnderEveryScaleMatchesTheCpuDecoder) {
   MXMOE_REQUIRE_GPU();
-  // Record s has every scale byte = s, and value nibbles cycling through all 16 codes in every
-  // position, so all 16 x 256 (code, scale) pairs pass through every fragment slot.
+  // Record s has every scale byte = s, and value codes cycling through all 16 codes in every
+  // fragment slot, so all 16 x 256 (code, scale) pairs pass through every slot.
   const int records = 256;
   std::vector<unsigned char> host(static_cast<size_t>(records) * kernels::kRecordBytes);
   for (int s = 0; s < records; ++s) {
     unsigned char* r = host.data() + static_cast<size_t>(s) * kernels::kRecordBytes;
-    for (int i = 0; i < kernels::kRecordValueBytes; ++i) r[i] = static_cast<unsigned char>(((i + s) % 16) | (((i * 7 + s) % 16) << 4));
+    for (int word = 0; word < kernels::kRecordValueBytes / 4; ++word) {
+      uint32_t bits = 0;
+      for (int reg = 0; reg < 4; ++reg) {
+        for (int half = 0; half < 2; ++half) bits |= kernels::e2m1_place_code((word * 7 + reg * 5 + half * 3 + s) % 16, reg, half);
+      }
+      std::memcpy(r + 4 * word, &bits, 4);
+    }
     std::fill(r + kernels::kRecordValueBytes, r + kernels::kRecordBytes, static_cast<unsigned char>(s));
   }
   DeviceArray<unsigned char> d_records(host);
@@ -328,8 +334,8 @@ TEST(GpuDequant, EveryCodeUnderEveryScaleMatchesTheCpuDecoder) {
         std::memcpy(&word, host.data() + static_cast<size_t>(s) * kernels::kRecordBytes + 16 * lane + 4 * j, 4);
         for (int reg = 0; reg < 4; ++reg) {
           for (int half = 0; half < 2; ++half) {
-            const int nibble = (3 - reg) + 4 * half;
-            const float expected = decode_e2m1((word >> (4 * nibble)) & 0xF) * decode_e8m0(static_cast<uint8_t>(s));
+            const float expected =
+                decode_e2m1(static_cast<uint8_t>(kernels::e2m1_code_at(word, reg, half))) * decode_e8m0(static_cast<uint8_t>(s));
             const float got = out[((static_cast<size_t>(s) * 32 + lane) * 4 + j) * 8 + 2 * reg + half];
             if (std::isnan(expected)) {
               ASSERT_TRUE(std::isnan(got)) << "scale " << s;
