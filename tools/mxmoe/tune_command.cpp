@@ -23,7 +23,7 @@ namespace {
 
 constexpr OptionSpec kOptions[] = {
     {"model", "NAME", "gpt-oss-20b, gpt-oss-120b or all (default all)"},
-    {"tokens", "LIST", "token-count buckets (default 1,2,4,8,16,32,64,128,256,512,1024,4096)"},
+    {"tokens", "LIST", "token-count buckets (default 1,2,4,5,8,9,16,32,64,128,256,512,1024,4096)"},
     {"layers", "N", "distinct layers rotated per timing (default 8, at least 8)"},
     {"replays", "N", "timed replays per candidate (default 10)"},
 };
@@ -66,7 +66,7 @@ int tune_command(std::span<const std::string> args) {
   }
   if (models.empty()) throw UsageError("--model: unknown model '" + model_arg + "'");
   const std::vector<int64_t> buckets =
-      parsed->get_int_list("tokens", {1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096}, 1, 1 << 20);
+      parsed->get_int_list("tokens", {1, 2, 4, 5, 8, 9, 16, 32, 64, 128, 256, 512, 1024, 4096}, 1, 1 << 20);
   const int num_layers = static_cast<int>(parsed->get_int("layers", 8, 8, 64));
   const int replays = static_cast<int>(parsed->get_int("replays", 10, 3, 1000));
   const std::vector<GpuInfo> gpus = list_gpus();
