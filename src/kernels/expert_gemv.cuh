@@ -44,25 +44,14 @@ struct RecordBatch {
       }
     }
   }
-
-  // kUnroll whole records from this lane's value and scale addresses in the first: no tests, and
-  // the addresses as immediate offsets.
-  __device__ __forceinline__ void load_all(const unsigned char* values_at, const unsigned char* scales_at) {
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      values[u] = load_stream_16(values_at + u * kRecordBytes);
-      scales[u] = load_stream_4(scales_at + u * kRecordBytes);
-    }
-  }
 };
 
-// Multiplies the batch's records below `end` (all of them when kWhole).
-template <int kTokens, bool kWhole, int kUnroll>
+template <int kTokens, int kUnroll>
 __device__ __forceinline__ void multiply_batch(float (&acc)[kTokens / 8][4], const RecordBatch<kUnroll>& batch, int first,
                                                int end, const unsigned (&b_rows)[kTokens / 8]) {
 #pragma unroll
   for (int u = 0; u < kUnroll; ++u) {
-    if (kWhole || first + u < end) {
+    if (first + u < end) {
       unsigned a[4][4];
       dequantize_record(batch.values[u], batch.scales[u], a);
 #pragma unroll
@@ -121,26 +110,11 @@ __global__ void __launch_bounds__(kColumns * kWarpsK * 32, (kGemvMinBlocks<kColu
 
     float acc[kTokens / 8][4] = {};
     if (streams) {
-      int i = first_record;
-      // While the next two batches lie wholly in the column, neither loads nor multiplies test
-      // bounds and the addresses advance as two pointers; the last one to three batches go
-      // through the tested loop.
-      constexpr int kBatchBytes = kUnroll * kRecordBytes;
-      const unsigned char* values_at = column + static_cast<long long>(i) * kRecordBytes + 16 * lane;
-      const unsigned char* scales_at = column + static_cast<long long>(i) * kRecordBytes + kRecordValueBytes + 4 * (lane / 4);
-      for (; i + 3 * kUnroll <= end_record; i += 2 * kUnroll) {
-        batch_b.load_all(values_at + kBatchBytes, scales_at + kBatchBytes);
-        multiply_batch<kTokens, true>(acc, batch_a, i, end_record, b_rows);
-        batch_a.load_all(values_at + 2 * kBatchBytes, scales_at + 2 * kBatchBytes);
-        multiply_batch<kTokens, true>(acc, batch_b, i + kUnroll, end_record, b_rows);
-        values_at += 2 * kBatchBytes;
-        scales_at += 2 * kBatchBytes;
-      }
-      for (; i < end_record; i += 2 * kUnroll) {
+      for (int i = first_record; i < end_record; i += 2 * kUnroll) {
         batch_b.load(column, i + kUnroll, end_record, true, lane);
-        multiply_batch<kTokens, false>(acc, batch_a, i, end_record, b_rows);
+        multiply_batch<kTokens>(acc, batch_a, i, end_record, b_rows);
         batch_a.load(column, i + 2 * kUnroll, end_record, true, lane);
-        multiply_batch<kTokens, false>(acc, batch_b, i + kUnroll, end_record, b_rows);
+        multiply_batch<kTokens>(acc, batch_b, i + kUnroll, end_record, b_rows);
       }
     }
     if constexpr (kWarpsK > 1) {

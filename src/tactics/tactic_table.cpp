@@ -22,7 +22,7 @@ constexpr KernelFamily kRing = KernelFamily::kGemvRing;
 constexpr int kMaxAccumulators = 64;
 constexpr int kMaxFragmentRegisters = 64;
 
-const std::array<Candidate, 28> kCandidates{{
+const std::array<Candidate, 27> kCandidates{{
     {{kRing, 64, 8, 4, 1, 6, 1}, "decode, weights by bulk copy into a 6-slot ring per warp: ~11 KB in flight, no registers"},
     {{kRing, 32, 8, 2, 1, 8, 1}, "decode, ring with small CTAs: more CTAs per SM for a 1-token step"},
     {{kRing, 128, 8, 8, 1, 4, 1}, "decode, ring with 8-warp CTAs sharing one activation staging"},
@@ -39,7 +39,6 @@ const std::array<Candidate, 28> kCandidates{{
     {{kGemv, 32, 8, 2, 4, 2, 1}, "decode, 4 warps per column along K, shallow: the most warps a 1-token step gives"},
     {{kGemv, 64, 16, 4, 1, 4, 1}, "9-16 rows per expert in one pass: each weight feeds two 8-token MMA tiles"},
     {{kGemv, 128, 16, 8, 1, 4, 1}, "9-16 rows per expert, large CTAs"},
-    {{kGemv, 128, 16, 8, 1, 2, 1}, "9-16 rows per expert, shallow: 80 registers, 24 warps per SM"},
     {{kMma, 64, 16, 4, 1, 4, 1}, "small tile, half height: twice the CTAs of r128 for 9-16 rows per expert"},
     {{kMma, 128, 16, 4, 1, 4, 1}, "small tile: 9-16 rows per expert"},
     {{kMma, 128, 32, 4, 1, 4, 1}, "small tile: 17-32 rows per expert"},
