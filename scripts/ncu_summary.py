@@ -25,5 +25,5 @@ for key in order:
     mb = rows[key].get("dram__bytes_read.sum", 0.0)
     total_us += us
     total_mb += mb
-    print(f"  {key[1]:40s} {us:8.1f} us {mb:8.2f} MB {mb / us * 1e-3 if us else 0:6.2f} TB/s")
+    print(f"  {key[1]:40s} {us:8.1f} us {mb:8.2f} MB {mb / us if us else 0:6.2f} TB/s")
 print(f"  {'sum':40s} {total_us:8.1f} us {total_mb:8.2f} MB")
