@@ -142,7 +142,9 @@ __device__ __forceinline__ void stage_token_rows(const ExpertGemmArgs& args, con
 
 // This lane's ldmatrix row addresses (shared window, at K offset 0) in each 8-token tile of `staged`:
 // token 8 t + lane % 8, or row 0 for tokens past the staged rows. Those tokens' MMA columns are
-// never stored, and an MMA's output columns do not mix, so whatever row 0 holds serves.
+// never stored, and an MMA's output columns do not mix, so whatever row 0 holds serves. The opaque
+// move keeps each address in a register: under the GEMV's 80-register cap ptxas otherwise
+// recomputes it (~10 instructions) for every record.
 template <int kTokens>
 __device__ __forceinline__ void token_fragment_rows(unsigned (&rows)[kTokens / 8], const unsigned short* staged,
                                                     int staged_rows, int row_stride) {
