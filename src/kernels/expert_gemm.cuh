@@ -181,4 +181,20 @@ __device__ __forceinline__ void mma_record(float (&acc)[4], const unsigned (&a)[
   for (int j = 0; j < 4; ++j) mma_bf16_m16n8k16(acc, a[j], b[2 * j], b[2 * j + 1]);
 }
 
+// One record of a GEMV-style warp: this lane's share (16 value bytes, its quad's scale word)
+// dequantised, times every 8-token tile's B fragments at the record's K. `record` counts records
+// from the first K of the staged rows.
+template <int kTokens>
+__device__ __forceinline__ void multiply_record(float (&acc)[kTokens / 8][4], uint4 values, unsigned scale_word,
+                                                const unsigned (&b_rows)[kTokens / 8], int record) {
+  unsigned a[4][4];
+  dequantize_record(values, scale_word, a);
+#pragma unroll
+  for (int t = 0; t < kTokens / 8; ++t) {
+    unsigned b[8];
+    load_token_fragments(b, b_rows[t] + record * kRecordKBytes);
+    mma_record(acc[t], a, b);
+  }
+}
+
 }  // namespace mxmoe::kernels

@@ -51,16 +51,7 @@ __device__ __forceinline__ void multiply_batch(float (&acc)[kTokens / 8][4], con
                                                int end, const unsigned (&b_rows)[kTokens / 8]) {
 #pragma unroll
   for (int u = 0; u < kUnroll; ++u) {
-    if (first + u < end) {
-      unsigned a[4][4];
-      dequantize_record(batch.values[u], batch.scales[u], a);
-#pragma unroll
-      for (int t = 0; t < kTokens / 8; ++t) {
-        unsigned b[8];
-        load_token_fragments(b, b_rows[t] + (first + u) * kRecordKBytes);
-        mma_record(acc[t], a, b);
-      }
-    }
+    if (first + u < end) multiply_record<kTokens>(acc, batch.values[u], batch.scales[u], b_rows, first + u);
   }
 }
 

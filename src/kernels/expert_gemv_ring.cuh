@@ -84,15 +84,9 @@ __global__ void __launch_bounds__(kColumns * 32) expert_gemv_ring_kernel(ExpertG
         const int record = chunk * kRingChunkRecords + u;
         if (record < records) {
           const unsigned char* r = records_in_slot + u * kRecordBytes;
-          unsigned a[4][4];
-          dequantize_record(*reinterpret_cast<const uint4*>(r + 16 * lane),
-                            *reinterpret_cast<const unsigned*>(r + kRecordValueBytes + 4 * (lane / 4)), a);
-#pragma unroll
-          for (int t = 0; t < kTokens / 8; ++t) {
-            unsigned b[8];
-            load_token_fragments(b, b_rows[t] + record * kRecordKBytes);
-            mma_record(acc[t], a, b);
-          }
+          multiply_record<kTokens>(acc, *reinterpret_cast<const uint4*>(r + 16 * lane),
+                                   *reinterpret_cast<const unsigned*>(r + kRecordValueBytes + 4 * (lane / 4)), b_rows,
+                                   record);
         }
       }
       __syncwarp();  // every lane is done reading the slot before it is refilled
