@@ -9,6 +9,8 @@
 #   tune ARGS   mxmoe tune with ARGS (up to the next step name)
 #   bench ARGS  mxmoe bench with ARGS (up to the next step name)
 # ctest files hold the build machine's absolute paths, so /work/main is linked to this checkout.
+# The tests run under a time limit (MXMOE_TEST_LIMIT_S, default 300 s), so that a hang is reported
+# as one (rc 124) with the log so far, and the steps after it still run.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${OUT:-/tmp/mxmoe-out}"
@@ -25,13 +27,13 @@ while [ $# -gt 0 ]; do
   step="$1"; shift
   case "$step" in
     tests)
-      build/tests/mxmoe_gpu_tests > "$out/gpu-tests.log" 2>&1
+      timeout "${MXMOE_TEST_LIMIT_S:-300}" build/tests/mxmoe_gpu_tests > "$out/gpu-tests.log" 2>&1
       rc=$?; status=$((status | rc))
       summary+=("gpu tests: rc=$rc, $(grep -E '^\[  (PASSED|FAILED)  \]|tests? ran' "$out/gpu-tests.log" | tr '\n' ' ')")
       ;;
     sanitizer)
       filter='*odd_E5*:*GpuDequant*:*GpuLayerArguments*:*gpt_oss_20b_T1:*gpt_oss_20b_T9:*gpt_oss_120b_T5:*GpuLayerGraph*'
-      compute-sanitizer --tool memcheck --error-exitcode 9 build/tests/mxmoe_gpu_tests --gtest_filter="$filter" \
+      timeout "${MXMOE_TEST_LIMIT_S:-300}" compute-sanitizer --tool memcheck --error-exitcode 9 build/tests/mxmoe_gpu_tests --gtest_filter="$filter" \
         > "$out/sanitizer.log" 2>&1
       rc=$?; status=$((status | rc))
       summary+=("compute-sanitizer memcheck: rc=$rc, $(grep -E 'ERROR SUMMARY' "$out/sanitizer.log" | tail -1)")
@@ -62,6 +64,7 @@ while [ $# -gt 0 ]; do
 done
 cat "$out/gpu.txt"
 [ -f "$out/gpu-tests.log" ] && grep -E '^\[  FAILED  \]|Failure|exception' "$out/gpu-tests.log" | head -20
+[ -f "$out/gpu-tests.log" ] && tail -3 "$out/gpu-tests.log"
 printf '%s\n' "${summary[@]}"
 [ -f "$out/profile.txt" ] && cat "$out/profile.txt"
 [ -f "$out/tune.log" ] && grep -E "^  T=[0-9]+: tuned|stored" "$out/tune.log"

@@ -28,7 +28,8 @@ struct RoutingView {
 };
 
 // How far forward() goes: the whole layer, or (for measuring the stages inside a graph) the stages
-// up to and including one; a forward that stops early leaves `out` unwritten.
+// up to and including one; a forward that stops early leaves `out` unwritten. A fused plan runs
+// FC1, FC2 and the un-permute as one launch, so stopping after FC1 or FC2 runs the whole layer.
 enum class ForwardPart { kRouting, kFc1, kFc2, kAll };
 
 class MoeRunner {

@@ -13,6 +13,7 @@ enum class KernelFamily {
   kGemv,     // weights streamed global -> registers, <= 8 rows per expert per pass (decode)
   kMmaTile,  // weights and activations staged through a cp.async pipeline, tiles of 16-128 rows
   kGemvRing, // as kGemv, the weights streamed into a shared-memory ring by bulk copies
+  kFused,    // the GEMV's CTAs running FC1, FC2 and the un-permute as one launch (a plan's both stages)
 };
 
 enum class Stage { kFc1, kFc2 };
@@ -27,7 +28,8 @@ struct Tactic {
   int k_split = 1;        // K split into this many partial sums (FC2 only); a launch parameter
 
   int warps() const { return warps_rows * warps_tokens; }
-  std::string name() const;  // "gemv.r64x8.w4x1.u4.k1", "mma.r128x32.w4x1.s4.k1", "ring.r64x8.w4.s6.k1"
+  // "gemv.r64x8.w4x1.u4.k1", "mma.r128x32.w4x1.s4.k1", "ring.r64x8.w4.s6.k1", "fused.r64x8.w4x2.u2.k1"
+  std::string name() const;
   // The tactic with k_split = 1: what the compiled binary depends on.
   Tactic binary() const;
   bool operator==(const Tactic&) const = default;
@@ -36,9 +38,11 @@ struct Tactic {
 // Parses name(); throws Error naming the malformed part.
 Tactic parse_tactic(std::string_view name);
 
+// A fused tactic is a whole-layer plan: it must be both stages' (k_split 1).
 struct LayerPlan {
   Tactic fc1;
   Tactic fc2;
+  bool fused() const { return fc1.family == KernelFamily::kFused; }
 };
 
 inline constexpr int kMaxKSplit = 4;

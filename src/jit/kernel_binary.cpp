@@ -28,6 +28,11 @@ CompileRequest compile_request(const Tactic& tactic, const Arch& arch) {
       r.source = "#include \"kernels/expert_gemv_ring.cuh\"\n";
       r.name_expressions.push_back("&mxmoe::kernels::expert_gemv_ring_kernel<" + n + ", " +
                                    std::to_string(t.tile_tokens) + ", " + fc1 + ", " + std::to_string(t.stages) + ">");
+    } else if (t.family == KernelFamily::kFused) {  // one kernel serves both stages: both names are its
+      r.source = "#include \"kernels/expert_layer_fused.cuh\"\n";
+      r.name_expressions.push_back("&mxmoe::kernels::expert_layer_fused_kernel<" + n + ", " +
+                                   std::to_string(t.warps_tokens) + ", " + std::to_string(t.tile_tokens) + ", " +
+                                   std::to_string(t.stages) + ">");
     } else if (t.family == KernelFamily::kGemv) {
       r.source = "#include \"kernels/expert_gemv.cuh\"\n";
       r.name_expressions.push_back("&mxmoe::kernels::expert_gemv_kernel<" + n + ", " + std::to_string(t.warps_tokens) +

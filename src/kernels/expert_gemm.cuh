@@ -24,13 +24,14 @@ __device__ __forceinline__ float gpt_oss_swiglu(float glu, float lin) {
 
 // Stores one accumulator tile: `row_tile` is the record's row tile, `first_row` the sorted row of
 // the tile's token 0, `tokens` how many of its 8 tokens exist. FC2 adds the bias in split 0 only.
-template <bool kFc1>
+// `fc1`, here and below, is a constant in the per-stage kernels and a run-time value in the fused
+// layer, which so keeps one copy of the weight loop.
 __device__ __forceinline__ void store_accumulators(const ExpertGemmArgs& args, const float (&acc)[4], int expert,
-                                                   int row_tile, int first_row, int tokens, int split) {
+                                                   int row_tile, int first_row, int tokens, int split, bool fc1) {
   const int lane = threadIdx.x % 32;
   const int g = lane / 4, token = 2 * (lane % 4);
   const float* bias = args.bias + static_cast<long long>(expert) * args.rows + 16 * row_tile;
-  if constexpr (kFc1) {
+  if (fc1) {
     const int columns = args.rows / 2;
     const int column = 8 * row_tile + g;
     auto* out = static_cast<unsigned short*>(args.output);
@@ -57,13 +58,12 @@ __device__ __forceinline__ void store_accumulators(const ExpertGemmArgs& args, c
 }
 
 // The source row of sorted row `row`: FC1 gathers the token's x row, FC2 reads its own row.
-template <bool kFc1>
-__device__ __forceinline__ long long input_row(const ExpertGemmArgs& args, int row) {
-  return kFc1 ? args.sorted_pairs[row] / args.top_k : row;
+__device__ __forceinline__ long long input_row(const ExpertGemmArgs& args, int row, bool fc1) {
+  return fc1 ? args.sorted_pairs[row] / args.top_k : row;
 }
 
-// What a CTA of the GEMV-style families works on: one active expert (grid y: the slot in the
-// routing's active list, an upper bound, so a CTA may find none) and one K split (grid z) of its
+// What a CTA of the GEMV-style families works on: one active expert (`slot` in the routing's
+// active list, whose length the grid only bounds, so a CTA may find none) and one K split of its
 // record columns, with the token rows staged in shared memory at `row_stride` (bf16; 16 bytes past
 // the K range, which puts ldmatrix's 8 rows in distinct banks). Only args.staged_rows rows are
 // staged: an expert has at most as many rows as the batch has tokens, so a 1-token step stages one
@@ -81,9 +81,8 @@ struct GemvWork {
 };
 
 // Reads the routing: call it after FC1's wait for the routing.
-__device__ __forceinline__ GemvWork gemv_work(const ExpertGemmArgs& args, int k_split) {
+__device__ __forceinline__ GemvWork gemv_work(const ExpertGemmArgs& args, int slot, int split, int k_split) {
   GemvWork w;
-  const int slot = blockIdx.y;
   // Both loads at once (slot < E, so the second is in bounds even past the active count).
   const int active = args.active_experts[args.num_experts], expert = args.active_experts[slot];
   if (slot >= active) return w;
@@ -91,8 +90,8 @@ __device__ __forceinline__ GemvWork gemv_work(const ExpertGemmArgs& args, int k_
   w.first_row = args.expert_offsets[w.expert];
   w.count = args.expert_offsets[w.expert + 1] - w.first_row;
   w.row_tiles = args.rows / kRecordRows;
-  w.kt_begin = blockIdx.z * args.k_tiles / k_split;
-  w.records = (blockIdx.z + 1) * args.k_tiles / k_split - w.kt_begin;
+  w.kt_begin = split * args.k_tiles / k_split;
+  w.records = (split + 1) * args.k_tiles / k_split - w.kt_begin;
   w.k_begin = w.kt_begin * kRecordK;
   w.k_len = w.records * kRecordK;
   w.row_stride = w.k_len + 8;
@@ -114,18 +113,17 @@ struct GemvStaging {
         end(dynamic_smem() + kTokens * 8 + args.staged_rows * w.row_stride * 2) {}
 };
 
-// Stages sorted rows [first_row + group, + tokens) of the input over the work's K range into rows
+// Stages sorted rows [first_row + pass, + tokens) of the input over the work's K range into rows
 // 0..args.staged_rows-1 of `staged`, zeros past `tokens` and past K. The whole CTA takes part; the
 // caller synchronises before reading. The rows' sources are looked up once into `source_rows`
 // (one round trip), then every 16-byte chunk is a cp.async with no register dependency, so the
 // staging costs about two L2 round trips however long K is (a load-store loop costs one per chunk
 // a thread handles).
-template <bool kFc1>
-__device__ __forceinline__ void stage_token_rows(const ExpertGemmArgs& args, const GemvWork& w, int group, int tokens,
-                                                 long long* source_rows, unsigned short* staged) {
+__device__ __forceinline__ void stage_token_rows(const ExpertGemmArgs& args, const GemvWork& w, int pass, int tokens,
+                                                 long long* source_rows, unsigned short* staged, bool fc1) {
   const int r = threadIdx.x;
   if (r < args.staged_rows) {  // the element offset of the row's input; -1: zeros
-    source_rows[r] = r < tokens ? input_row<kFc1>(args, w.first_row + group + r) * args.k : -1;
+    source_rows[r] = r < tokens ? input_row(args, w.first_row + pass + r, fc1) * args.k : -1;
   }
   __syncthreads();
   const auto* input = static_cast<const unsigned short*>(args.input);

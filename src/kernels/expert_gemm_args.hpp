@@ -22,4 +22,18 @@ struct ExpertGemmArgs {
   int staged_rows;            // GEMV families: token rows staged per pass, min(kTokens, the batch's tokens)
 };
 
+// The fused decode layer (expert_layer_fused.cuh): both stages' arguments, the un-permute's inputs,
+// and the schedule's counters, which the routing zeroes.
+struct FusedLayerArgs {
+  ExpertGemmArgs fc1, fc2;    // fc2.output: fp32 [pairs, H], no K split
+  const float* topk_weights;  // [pairs]
+  const int* pair_rows;       // [pairs]
+  int num_tokens;
+  void* out;                  // bf16 [T, H]
+  int* schedule;              // fused_schedule_words(E, H): ticket, FC1 items done per slot, FC2 items done per group
+};
+
+// The schedule's length for E experts and H hidden rows (every FC2 column group has >= 16 rows).
+constexpr int fused_schedule_words(int num_experts, int hidden) { return 1 + num_experts + (hidden + 15) / 16; }
+
 }  // namespace mxmoe::kernels

@@ -60,20 +60,19 @@ __device__ __forceinline__ void multiply_batch(float (&acc)[kTokens / 8][4], con
 template <int kColumns, int kWarpsK, int kUnroll>
 constexpr int kGemvMinBlocks = kUnroll <= 2 && 768 / (kColumns * kWarpsK * 32) > 1 ? 768 / (kColumns * kWarpsK * 32) : 1;
 
-template <int kColumns, int kWarpsK, int kTokens, bool kFc1, int kUnroll>
-__global__ void __launch_bounds__(kColumns * kWarpsK * 32, (kGemvMinBlocks<kColumns, kWarpsK, kUnroll>))
-    expert_gemv_kernel(ExpertGemmArgs args, int k_split) {
+// One GEMV CTA's work: the kColumns record columns of column group `group` of the expert in `w`,
+// over all its rows in passes of kTokens. `inputs_ready(range, bytes)` runs once every warp has
+// issued its first weight batch and before the activations are staged; it gets the rest of the
+// warp's weight stream (`bytes` 0 for a warp past the last column) and must end with the whole CTA
+// able to read the inputs (the standalone FC2 waits on FC1 there, the fused layer on its flags).
+template <int kColumns, int kWarpsK, int kTokens, int kUnroll, typename InputsReady>
+__device__ __forceinline__ void gemv_columns(const ExpertGemmArgs& args, const GemvWork& w, int group, int split,
+                                             bool fc1, InputsReady inputs_ready) {
   static_assert(kTokens == 8 || kTokens == 16, "8 or 16 tokens per pass");
   constexpr int kAccumulators = kTokens / 8 * 4;
-  if constexpr (kFc1) {
-    wait_for_prerequisite_grids();  // the routing
-    allow_dependent_grids();
-  }
-  const GemvWork w = gemv_work(args, k_split);
-  if (w.expert < 0) return;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int column_in_cta = warp % kColumns, k_part = warp / kColumns;
-  const int row_tile = blockIdx.x * kColumns + column_in_cta;
+  const int row_tile = group * kColumns + column_in_cta;
   const bool streams = row_tile < w.row_tiles;
   // This warp's records of the split: [first_record, end_record), relative to the split's first.
   const int first_record = k_part * w.records / kWarpsK;
@@ -86,17 +85,15 @@ __global__ void __launch_bounds__(kColumns * kWarpsK * 32, (kGemvMinBlocks<kColu
 
   RecordBatch<kUnroll> batch_a, batch_b;
   batch_a.load(column, first_record, end_record, streams, lane);
-  if constexpr (!kFc1) {
-    wait_for_prerequisite_grids();  // FC1's activations
-    allow_dependent_grids();
-  }
-  for (int group = 0; group < w.count; group += kTokens) {
-    const int tokens = min(kTokens, w.count - group);
-    if (group > 0) {
-      __syncthreads();  // the previous group's MMAs and sums are done with the staged rows and `partial`
+  inputs_ready(column + static_cast<long long>(first_record) * kRecordBytes,
+               streams ? (end_record - first_record) * kRecordBytes : 0);
+  for (int pass = 0; pass < w.count; pass += kTokens) {
+    const int tokens = min(kTokens, w.count - pass);
+    if (pass > 0) {
+      __syncthreads();  // the previous pass's MMAs and sums are done with the staged rows and `partial`
       batch_a.load(column, first_record, end_record, streams, lane);
     }
-    stage_token_rows<kFc1>(args, w, group, tokens, staging.source_rows, staging.rows);
+    stage_token_rows(args, w, pass, tokens, staging.source_rows, staging.rows, fc1);
     __syncthreads();
 
     float acc[kTokens / 8][4] = {};
@@ -132,10 +129,26 @@ __global__ void __launch_bounds__(kColumns * kWarpsK * 32, (kGemvMinBlocks<kColu
     if (!streams) continue;
 #pragma unroll
     for (int t = 0; t < kTokens / 8; ++t) {
-      store_accumulators<kFc1>(args, acc[t], w.expert, row_tile, w.first_row + group + 8 * t, tokens - 8 * t,
-                               blockIdx.z);
+      store_accumulators(args, acc[t], w.expert, row_tile, w.first_row + pass + 8 * t, tokens - 8 * t, split, fc1);
     }
   }
+}
+
+template <int kColumns, int kWarpsK, int kTokens, bool kFc1, int kUnroll>
+__global__ void __launch_bounds__(kColumns * kWarpsK * 32, (kGemvMinBlocks<kColumns, kWarpsK, kUnroll>))
+    expert_gemv_kernel(ExpertGemmArgs args, int k_split) {
+  if constexpr (kFc1) {
+    wait_for_prerequisite_grids();  // the routing
+    allow_dependent_grids();
+  }
+  const GemvWork w = gemv_work(args, blockIdx.y, blockIdx.z, k_split);
+  if (w.expert < 0) return;
+  gemv_columns<kColumns, kWarpsK, kTokens, kUnroll>(args, w, blockIdx.x, blockIdx.z, kFc1, [](const unsigned char*, int) {
+    if constexpr (!kFc1) {
+      wait_for_prerequisite_grids();  // FC1's activations
+      allow_dependent_grids();
+    }
+  });
 }
 
 }  // namespace mxmoe::kernels

@@ -23,7 +23,7 @@ __global__ void __launch_bounds__(kColumns * 32) expert_gemv_ring_kernel(ExpertG
     wait_for_prerequisite_grids();  // the routing
     allow_dependent_grids();
   }
-  const GemvWork w = gemv_work(args, k_split);
+  const GemvWork w = gemv_work(args, blockIdx.y, blockIdx.z, k_split);
   if (w.expert < 0) return;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int row_tile = blockIdx.x * kColumns + warp;
@@ -69,7 +69,7 @@ __global__ void __launch_bounds__(kColumns * 32) expert_gemv_ring_kernel(ExpertG
       __syncthreads();  // the previous group's MMAs are done with the staged rows
       fill();
     }
-    stage_token_rows<kFc1>(args, w, group, tokens, staging.source_rows, staging.rows);
+    stage_token_rows(args, w, group, tokens, staging.source_rows, staging.rows, kFc1);
     __syncthreads();
     if (!streams) continue;
 
@@ -94,8 +94,8 @@ __global__ void __launch_bounds__(kColumns * 32) expert_gemv_ring_kernel(ExpertG
     }
 #pragma unroll
     for (int t = 0; t < kTokens / 8; ++t) {
-      store_accumulators<kFc1>(args, acc[t], w.expert, row_tile, w.first_row + group + 8 * t, tokens - 8 * t,
-                               blockIdx.z);
+      store_accumulators(args, acc[t], w.expert, row_tile, w.first_row + group + 8 * t, tokens - 8 * t, blockIdx.z,
+                         kFc1);
     }
   }
 }

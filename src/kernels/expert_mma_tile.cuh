@@ -63,7 +63,7 @@ __global__ void __launch_bounds__(kWarpsRows * kWarpsTokens * 32)
   const int k_slices = kt_end - kt_begin;
 
   for (int r = threadIdx.x; r < kTileTokens; r += kThreads) {
-    source_rows[r] = r < tokens ? input_row<kFc1>(args, first_row + r) * args.k : -1;
+    source_rows[r] = r < tokens ? input_row(args, first_row + r, kFc1) * args.k : -1;
   }
   if constexpr (!kFc1) {
     wait_for_prerequisite_grids();  // FC1's activations (the routing was complete when FC2 started)
@@ -135,7 +135,7 @@ __global__ void __launch_bounds__(kWarpsRows * kWarpsTokens * 32)
 #pragma unroll
     for (int t = 0; t < kWarpTiles; ++t) {
       const int token0 = (warp_token * kWarpTiles + t) * 8;
-      store_accumulators<kFc1>(args, acc[r][t], expert, row_tile, first_row + token0, tokens - token0, split);
+      store_accumulators(args, acc[r][t], expert, row_tile, first_row + token0, tokens - token0, split, kFc1);
     }
   }
 }

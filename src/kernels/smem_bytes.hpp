@@ -21,6 +21,13 @@ constexpr int gemv_smem_bytes(int tokens, int rows, int k_tiles, int k_split, in
   return gemv_staging_bytes(tokens, rows, k_tiles, k_split) + columns * (warps_k - 1) * 32 * tokens / 2 * 4;
 }
 
+// The fused layer: the larger of its two stages' GEMV needs (FC1's K is H, FC2's is I).
+constexpr int fused_smem_bytes(int tokens, int rows, int fc1_k_tiles, int fc2_k_tiles, int columns, int warps_k) {
+  const int fc1 = gemv_smem_bytes(tokens, rows, fc1_k_tiles, 1, columns, warps_k);
+  const int fc2 = gemv_smem_bytes(tokens, rows, fc2_k_tiles, 1, columns, warps_k);
+  return fc1 > fc2 ? fc1 : fc2;
+}
+
 // Ring GEMV: the staging, then per warp `stages` chunks of 4 records and a barrier each.
 constexpr int kRingChunkRecords = 4;
 constexpr int ring_smem_bytes(int tokens, int rows, int k_tiles, int k_split, int columns, int stages) {

@@ -18,6 +18,8 @@ struct RouteBuffers {
   int* tile_offsets;    // [kTileSizeCount][E + 1]
   int* sorted_pairs;    // [pairs]: sorted row -> pair
   int* pair_rows;       // [pairs]: pair -> sorted row
+  int* schedule;        // [schedule_words]: the fused layer's counters, zeroed by the permutation
+  int schedule_words;
 };
 
 }  // namespace mxmoe::kernels

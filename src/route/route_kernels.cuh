@@ -214,6 +214,7 @@ __device__ __forceinline__ void scan_experts(const int* counts, int* offsets, in
 // them per expert in hist[w][*], ranking pairs of the same expert within each 32-pair chunk by lane
 // (match.any); a scan over segments then over experts gives every pair its sorted row:
 //   row(p) = offset[e] + (pairs of e in earlier segments) + (pairs of e earlier in p's segment).
+// It also zeroes the fused layer's schedule counters, which the expert kernels after it may use.
 // Budget: a few reads and writes per pair plus O(S E) shared-memory work; one CTA, so this is a
 // latency term (microseconds), not a bandwidth one.
 __global__ void __launch_bounds__(kPermuteThreads)
@@ -233,6 +234,7 @@ __global__ void __launch_bounds__(kPermuteThreads)
   int* pair_ranks = fused ? pair_experts + num_pairs : route.pair_rows;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const unsigned lanes_below = (1u << lane) - 1u;
+  for (int i = threadIdx.x; i < route.schedule_words; i += blockDim.x) route.schedule[i] = 0;
   if (fused) {
     for (int token = warp; token < num_tokens; token += blockDim.x / 32) {
       select_token_experts(logits, token, num_experts, top_k, pair_experts, route);

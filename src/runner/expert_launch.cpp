@@ -1,6 +1,9 @@
 // Launching an expert-GEMM tactic: grid and shared memory from the tactic and shape, kernels from
 // the cache.
 #include <algorithm>
+#include <map>
+#include <mutex>
+#include <tuple>
 
 #include "kernels/smem_bytes.hpp"
 #include "runner/cuda_check.hpp"
@@ -8,6 +11,26 @@
 #include "runner/kernel_launch.hpp"
 
 namespace mxmoe {
+namespace {
+
+// CTAs of `kernel` the current device holds at once (occupancy per SM times SMs), looked up once
+// per device, kernel and shared-memory size.
+long long resident_ctas(const void* kernel, int threads, int smem, const std::string& name) {
+  static std::mutex mutex;
+  static std::map<std::tuple<int, const void*, int>, long long> known;
+  int device = 0;
+  cuda_check(cudaGetDevice(&device), "cudaGetDevice");
+  std::lock_guard lock(mutex);
+  const auto key = std::make_tuple(device, kernel, smem);
+  if (const auto it = known.find(key); it != known.end()) return it->second;
+  int sms = 0, per_sm = 0;
+  cuda_check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "multiprocessor count");
+  cuda_check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, static_cast<size_t>(smem)),
+             "occupancy of " + name);
+  return known.emplace(key, static_cast<long long>(per_sm) * sms).first->second;
+}
+
+}  // namespace
 
 void launch_expert_gemm(Stage stage, const Tactic& tactic, const kernels::ExpertGemmArgs& args, int num_pairs,
                         cudaStream_t stream) {
@@ -38,6 +61,23 @@ void launch_expert_gemm(Stage stage, const Tactic& tactic, const kernels::Expert
   launch_programmatic(stage == Stage::kFc1 ? k.fc1 : k.fc2, grid, dim3(32 * tactic.warps()), params,
                       static_cast<size_t>(smem), stream,
                       std::string(stage == Stage::kFc1 ? "FC1 " : "FC2 ") + tactic.name() + " launch");
+}
+
+void launch_fused_layer(const Tactic& tactic, const kernels::FusedLayerArgs& args, int num_pairs, cudaStream_t stream) {
+  const ExpertKernels& k = expert_kernels(tactic);
+  kernels::FusedLayerArgs a = args;
+  a.fc1.staged_rows = a.fc2.staged_rows = std::min(tactic.tile_tokens, num_pairs / args.fc1.top_k);
+  const int columns = tactic.warps_rows, threads = 32 * tactic.warps();
+  const int smem = kernels::fused_smem_bytes(tactic.tile_tokens, a.fc1.staged_rows, a.fc1.k_tiles, a.fc2.k_tiles, columns,
+                                             tactic.warps_tokens);
+  // As many CTAs as are resident at once, and no more than there can be items.
+  const long long resident = resident_ctas(k.fc1, threads, smem, tactic.name());
+  const long long max_active = std::min(args.fc1.num_experts, num_pairs);
+  const long long groups = (args.fc1.rows / 16 + columns - 1) / columns + (args.fc2.rows / 16 + columns - 1) / columns;
+  const unsigned ctas = static_cast<unsigned>(std::max(1LL, std::min(resident, max_active * groups)));
+  void* params[] = {&a};
+  launch_programmatic(k.fc1, dim3(ctas), dim3(threads), params, static_cast<size_t>(smem), stream,
+                      "fused layer " + tactic.name() + " launch");
 }
 
 }  // namespace mxmoe

@@ -23,6 +23,9 @@ void launch_routing(const float* logits, int num_tokens, int num_experts, int to
 // kernels on first use (see MoeRunner::prepare to do that ahead of a graph capture).
 void launch_expert_gemm(Stage stage, const Tactic& tactic, const kernels::ExpertGemmArgs& args, int num_pairs,
                         cudaStream_t stream);
+// The fused layer (a kFused tactic): FC1, FC2 and the un-permute in one launch after the routing;
+// `args.schedule` must have been zeroed by that routing.
+void launch_fused_layer(const Tactic& tactic, const kernels::FusedLayerArgs& args, int num_pairs, cudaStream_t stream);
 void launch_unpermute(const float* expert_out, long long split_stride, int k_split, int hidden, int top_k,
                       int num_tokens, const kernels::RouteBuffers& route, __nv_bfloat16* out, cudaStream_t stream);
 

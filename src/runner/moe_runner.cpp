@@ -164,12 +164,17 @@ void MoeRunner::Impl::run(const __nv_bfloat16* x, const float* logits, __nv_bflo
   kernels::ExpertGemmArgs fc1{fc1_records, fc1_bias, x, route.sorted_pairs, shape.top_k,
                               shape.fc1_rows(), shape.hidden, fc1_geometry.k_tiles(), shape.num_experts,
                               route.expert_offsets, route.active_experts, tile_offsets(plan.fc1), activation, 0, 0};
-  launch_expert_gemm(Stage::kFc1, plan.fc1, fc1, pairs, stream);
-  if (last == ForwardPart::kFc1) return;
   kernels::ExpertGemmArgs fc2{fc2_records, fc2_bias, activation, route.sorted_pairs, shape.top_k,
                               shape.hidden, shape.intermediate, fc2_geometry.k_tiles(), shape.num_experts,
                               route.expert_offsets, route.active_experts, tile_offsets(plan.fc2), expert_out,
                               split_stride, 0};
+  if (plan.fused()) {  // one launch from here on: stopping after FC1 or FC2 runs it whole
+    const kernels::FusedLayerArgs fused{fc1, fc2, route.topk_weights, route.pair_rows, num_tokens, out, route.schedule};
+    launch_fused_layer(plan.fc1, fused, pairs, stream);
+    return;
+  }
+  launch_expert_gemm(Stage::kFc1, plan.fc1, fc1, pairs, stream);
+  if (last == ForwardPart::kFc1) return;
   launch_expert_gemm(Stage::kFc2, plan.fc2, fc2, pairs, stream);
   if (last == ForwardPart::kFc2) return;
   launch_unpermute(expert_out, split_stride, plan.fc2.k_split, shape.hidden, shape.top_k, num_tokens, route, out,

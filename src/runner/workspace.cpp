@@ -1,5 +1,6 @@
 #include "runner/workspace.hpp"
 
+#include "kernels/expert_gemm_args.hpp"
 #include "mxmoe/tactic.hpp"
 
 namespace mxmoe {
@@ -23,6 +24,8 @@ WorkspaceLayout WorkspaceLayout::of(const MoeShape& shape, int num_tokens) {
   w.tile_offsets = take(kernels::kTileSizeCount * (experts + 1) * 4);
   w.sorted_pairs = take(pairs * 4);
   w.pair_rows = take(pairs * 4);
+  w.schedule_words = kernels::fused_schedule_words(shape.num_experts, shape.hidden);
+  w.schedule = take(static_cast<size_t>(w.schedule_words) * 4);
   w.activation = take(pairs * shape.intermediate * 2);
   w.expert_out = take(static_cast<size_t>(kMaxKSplit) * pairs * shape.hidden * 4);
   w.total = at;
@@ -34,7 +37,8 @@ kernels::RouteBuffers WorkspaceLayout::route(void* base) const {
   return {reinterpret_cast<int*>(b + topk_experts),   reinterpret_cast<float*>(b + topk_weights),
           reinterpret_cast<int*>(b + expert_counts),  reinterpret_cast<int*>(b + expert_offsets),
           reinterpret_cast<int*>(b + active_experts), reinterpret_cast<int*>(b + tile_offsets),
-          reinterpret_cast<int*>(b + sorted_pairs),   reinterpret_cast<int*>(b + pair_rows)};
+          reinterpret_cast<int*>(b + sorted_pairs),   reinterpret_cast<int*>(b + pair_rows),
+          reinterpret_cast<int*>(b + schedule),       schedule_words};
 }
 
 }  // namespace mxmoe

@@ -16,6 +16,8 @@ struct WorkspaceLayout {
   size_t topk_weights = 0;  // fp32 [pairs]
   size_t expert_counts = 0, expert_offsets = 0, active_experts = 0, tile_offsets = 0;
   size_t sorted_pairs = 0, pair_rows = 0;  // int [pairs]
+  size_t schedule = 0;      // int [fused_schedule_words(E, H)]: the fused layer's counters
+  int schedule_words = 0;
   size_t activation = 0;    // bf16 [pairs, I]: FC1's output in sorted-row order
   size_t expert_out = 0;    // fp32 [kMaxKSplit][pairs, H]: FC2's partial outputs
   size_t total = 0;

@@ -44,7 +44,8 @@ struct Spelling {
 };
 constexpr Spelling kSpellings[] = {{KernelFamily::kGemv, "gemv", true, ".u"},
                                    {KernelFamily::kGemvRing, "ring", false, ".s"},
-                                   {KernelFamily::kMmaTile, "mma", true, ".s"}};
+                                   {KernelFamily::kMmaTile, "mma", true, ".s"},
+                                   {KernelFamily::kFused, "fused", true, ".u"}};
 
 }  // namespace
 
@@ -74,7 +75,7 @@ Tactic parse_tactic(std::string_view name) {
     return rest.substr(0, s.prefix.size()) == s.prefix && rest.substr(s.prefix.size(), 1) == ".";
   });
   if (f == std::end(kSpellings)) {
-    throw Error("malformed tactic '" + std::string(name) + "': expected 'gemv.', 'ring.' or 'mma.'");
+    throw Error("malformed tactic '" + std::string(name) + "': expected 'gemv.', 'ring.', 'mma.' or 'fused.'");
   }
   rest.remove_prefix(f->prefix.size());
   Tactic t;
@@ -91,6 +92,11 @@ Tactic parse_tactic(std::string_view name) {
 
 void validate_plan(const MoeShape& shape, const LayerPlan& plan, const Arch& arch) {
   const auto& valid = valid_tactics(arch.name);
+  if ((plan.fc1.family == KernelFamily::kFused || plan.fc2.family == KernelFamily::kFused) &&
+      !(plan.fc1 == plan.fc2 && plan.fc1.k_split == 1)) {
+    throw Error("plan " + plan.fc1.name() + " + " + plan.fc2.name() +
+                ": a fused tactic runs the whole layer, so it must be both stages' tactic, with k_split 1");
+  }
   for (const auto& [tactic, stage] : {std::pair{plan.fc1, Stage::kFc1}, std::pair{plan.fc2, Stage::kFc2}}) {
     const std::string which = stage == Stage::kFc1 ? "FC1" : "FC2";
     if (std::find(valid.begin(), valid.end(), tactic.binary()) == valid.end()) {
@@ -103,7 +109,7 @@ void validate_plan(const MoeShape& shape, const LayerPlan& plan, const Arch& arc
                   (stage == Stage::kFc1 ? " (FC1's SwiGLU needs whole sums)" : ""));
     }
     const int smem =
-        tactic.family == KernelFamily::kGemv
+        tactic.family == KernelFamily::kGemv || tactic.family == KernelFamily::kFused
             ? kernels::gemv_smem_bytes(tactic.tile_tokens, tactic.tile_tokens, k_tiles, tactic.k_split,
                                        tactic.warps_rows, tactic.warps_tokens)
         : tactic.family == KernelFamily::kGemvRing

@@ -16,13 +16,14 @@ struct Candidate {
 constexpr KernelFamily kGemv = KernelFamily::kGemv;
 constexpr KernelFamily kMma = KernelFamily::kMmaTile;
 constexpr KernelFamily kRing = KernelFamily::kGemvRing;
+constexpr KernelFamily kFused = KernelFamily::kFused;
 
 // Budgets per thread: accumulators (fp32) and dequantised weight fragments (bf16x2), each at most
 // 64 registers, so that a CTA of 8 warps keeps two CTAs' worth of registers per SM free of spills.
 constexpr int kMaxAccumulators = 64;
 constexpr int kMaxFragmentRegisters = 64;
 
-const std::array<Candidate, 27> kCandidates{{
+const std::array<Candidate, 31> kCandidates{{
     {{kRing, 64, 8, 4, 1, 6, 1}, "decode, weights by bulk copy into a 6-slot ring per warp: ~11 KB in flight, no registers"},
     {{kRing, 32, 8, 2, 1, 8, 1}, "decode, ring with small CTAs: more CTAs per SM for a 1-token step"},
     {{kRing, 128, 8, 8, 1, 4, 1}, "decode, ring with 8-warp CTAs sharing one activation staging"},
@@ -39,6 +40,10 @@ const std::array<Candidate, 27> kCandidates{{
     {{kGemv, 32, 8, 2, 4, 2, 1}, "decode, 4 warps per column along K, shallow: the most warps a 1-token step gives"},
     {{kGemv, 64, 16, 4, 1, 4, 1}, "9-16 rows per expert in one pass: each weight feeds two 8-token MMA tiles"},
     {{kGemv, 128, 16, 8, 1, 4, 1}, "9-16 rows per expert, large CTAs"},
+    {{kFused, 64, 8, 4, 2, 2, 1}, "decode, whole layer in one launch: FC2's stream starts in FC1's tail, no kernel boundaries"},
+    {{kFused, 32, 8, 2, 4, 2, 1}, "whole layer in one launch, small items: a short tail for a 1-2 token step"},
+    {{kFused, 128, 8, 8, 1, 2, 1}, "whole layer in one launch, 8-column items: the staged activations shared by 8 warps"},
+    {{kFused, 64, 8, 4, 1, 4, 1}, "whole layer in one launch, deeper per-warp pipeline"},
     {{kMma, 64, 16, 4, 1, 4, 1}, "small tile, half height: twice the CTAs of r128 for 9-16 rows per expert"},
     {{kMma, 128, 16, 4, 1, 4, 1}, "small tile: 9-16 rows per expert"},
     {{kMma, 128, 32, 4, 1, 4, 1}, "small tile: 17-32 rows per expert"},
@@ -62,7 +67,7 @@ std::string why_invalid(const Tactic& t, const Arch& arch) {
     if (t.stages < 2 || t.stages > 16) return "2 to 16 ring slots per warp";
     return "";
   }
-  if (t.family == KernelFamily::kGemv) {
+  if (t.family == KernelFamily::kGemv || t.family == KernelFamily::kFused) {
     if ((t.tile_tokens != 8 && t.tile_tokens != 16) || t.tile_rows != 16 * t.warps_rows) {
       return "a GEMV CTA is 16-row record columns (one per warp along rows) over 8 or 16 tokens";
     }

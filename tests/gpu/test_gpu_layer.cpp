@@ -123,13 +123,14 @@ void expect_routing(const GpuResult& g, const Routing& cpu, int num_experts, con
   for (int row = 0; row < pairs; ++row) ASSERT_EQ(g.pair_rows[g.sorted_pairs[row]], row) << what;
 }
 
-// Every valid tactic of this device's arch for both stages, FC2 K splits (as many as FC2's K
-// tiles allow), and the runner's own choice (nullopt).
+// Every valid tactic of this device's arch for both stages (a fused one is the whole layer), FC2
+// K splits (as many as FC2's K tiles allow), and the runner's own choice (nullopt).
 std::vector<std::pair<std::string, std::optional<LayerPlan>>> plans_to_test(const MoeShape& shape) {
   std::vector<std::pair<std::string, std::optional<LayerPlan>>> plans{{"heuristic", std::nullopt}};
   const int fc2_k_tiles = (shape.intermediate + 63) / 64;
   for (const Tactic& t : valid_tactics(current_device_arch().arch->name)) {
     plans.emplace_back(t.name(), LayerPlan{t, t});
+    if (t.family == KernelFamily::kFused) continue;  // no K split: FC1's and FC2's items share the launch
     Tactic split = t;
     split.k_split = std::min(t.family == KernelFamily::kGemv ? kMaxKSplit : 2, fc2_k_tiles);
     plans.emplace_back(t.name() + "+fc2." + split.name(), LayerPlan{t, split});

@@ -4,7 +4,7 @@
 // never slower than it in the sweep's own measurement.
 //
 // The sweep is coordinate-wise: FC1's tactic with FC2 at the heuristic's choice, then FC2's tactic
-// and K split with FC1 at its winner. A candidate whose first replay takes more than 3 times the
+// and K split with FC1 at its winner; then every fused (whole-layer) tactic. A candidate whose first replay takes more than 3 times the
 // best so far is not replayed further.
 #include <cstdio>
 
@@ -91,7 +91,9 @@ int tune_command(std::span<const std::string> args) {
       const double heuristic_us = best.us;
       const auto& tactics = valid_tactics(device.arch->name);
       for (const Tactic& fc1 : tactics) {
-        if (!(fc1 == heuristic.fc1)) try_plan(rotation, {fc1, heuristic.fc2}, replays, best);
+        if (!(fc1 == heuristic.fc1) && fc1.family != KernelFamily::kFused) {
+          try_plan(rotation, {fc1, heuristic.fc2}, replays, best);
+        }
       }
       const Tactic best_fc1 = best.plan.fc1;
       for (const Tactic& fc2 : tactics) {
@@ -107,6 +109,9 @@ int tune_command(std::span<const std::string> args) {
           }
           try_plan(rotation, plan, replays, best);
         }
+      }
+      for (const Tactic& fused : tactics) {  // whole-layer plans: one tactic for both stages
+        if (fused.family == KernelFamily::kFused) try_plan(rotation, {fused, fused}, replays, best);
       }
       if (best.us >= 1e30) throw Error("tune: no accurate plan for " + model + " at T = " + std::to_string(tokens));
       entries[tokens] = {best.plan, best.us, heuristic_us};

@@ -1,0 +1,124 @@
+// The fused decode layer: FC1 (with the SwiGLU), FC2 and the weighted un-permute of a small batch
+// in one launch after the routing, so that no kernel boundary (drain, flush, ramp-up) separates
+// the two weight streams.
+//
+// The CTAs take work items by ticket from one counter: first every FC1 item (slot-major: active
+// expert slot s, column group g, the GEMV's work for one CTA), then every FC2 item (slot-major
+// too). An FC2 item needs all of its expert's FC1 items: it issues its first weight batch and asks
+// L2 for the rest of its columns, then waits on its slot's counter, so FC2's weight stream starts
+// during FC1's tail. The last FC2 item of a column group (over all slots) un-permutes that
+// group's rows for every token. Every FC1 ticket is handed out before any FC2 ticket and an FC1
+// item waits on nothing, so a waiting CTA only ever waits on running ones, however many CTAs are
+// resident: no deadlock.
+//
+// Grid: the CTAs that fit on the device at once (more would only queue), at most one per item.
+// Budget: the two GEMVs' (every touched expert's records once, 0.53 bytes per weight, plus the
+// activations from L2), the un-permute's top_k fp32 rows of H per token from L2, and 2-3
+// atomics per item.
+#pragma once
+
+#include "kernels/expert_gemv.cuh"
+
+namespace mxmoe::kernels {
+
+// Counts one item done once every store of the CTA is visible device-wide. Thread 0 gets the
+// count before its addition.
+__device__ __forceinline__ int count_item_done(int* counter) {
+  __threadfence();
+  __syncthreads();
+  return threadIdx.x == 0 ? atomicAdd(counter, 1) : 0;
+}
+
+// Thread 0 waits until `counter` reaches `target`; then the whole CTA may read what the counted
+// items wrote (through L2).
+__device__ __forceinline__ void wait_for_count(const int* counter, int target) {
+  if (threadIdx.x == 0) {
+    for (;;) {
+      int count;
+      asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(count) : "l"(counter) : "memory");
+      if (count >= target) break;
+      __nanosleep(100);
+    }
+    __threadfence();
+  }
+  __syncthreads();
+}
+
+// out[t][row] = sum over slots s of w(t, s) * y[row(t, s)][row] for rows [row_begin, row_end) of
+// every token, slots in order, as unpermute_kernel sums them (the fused layer gives its bits).
+__device__ __forceinline__ void unpermute_rows(const FusedLayerArgs& a, int row_begin, int row_end) {
+  const auto* y = static_cast<const float*>(a.fc2.output);
+  auto* out = static_cast<unsigned short*>(a.out);
+  const int hidden = a.fc2.rows, top_k = a.fc2.top_k, rows = row_end - row_begin;
+  for (int i = threadIdx.x; i < a.num_tokens * rows; i += blockDim.x) {
+    const int token = i / rows, row = row_begin + i % rows;
+    float acc = 0.0f;
+    for (int s = 0; s < top_k; ++s) {
+      const int pair = token * top_k + s;
+      acc += a.topk_weights[pair] * __ldcg(y + static_cast<long long>(a.pair_rows[pair]) * hidden + row);
+    }
+    out[static_cast<long long>(token) * hidden + row] = float_to_bf16_bits(acc);
+  }
+}
+
+// Where a ticket's item lies: FC1 items [0, fc1_items), then FC2 items up to `items`, each
+// slot-major over the stage's column groups.
+template <int kColumns>
+struct FusedItem {
+  bool fc1;
+  int slot, group, fc1_groups, items;
+  __device__ __forceinline__ FusedItem(const FusedLayerArgs& a, int active, int ticket) {
+    fc1_groups = (a.fc1.rows / kRecordRows + kColumns - 1) / kColumns;
+    const int fc2_groups = (a.fc2.rows / kRecordRows + kColumns - 1) / kColumns;
+    const int fc1_items = active * fc1_groups;
+    items = fc1_items + active * fc2_groups;
+    fc1 = ticket < fc1_items;
+    const int index = fc1 ? ticket : ticket - fc1_items, groups = fc1 ? fc1_groups : fc2_groups;
+    slot = index / groups;
+    group = index % groups;
+  }
+};
+
+// One copy of the GEMV serves both stages (`fc1` is a run-time value here): with one inlined
+// copy per stage, ptxas keeps values common to both live across either's weight loop and spills.
+// The item's stage arguments are copied to shared memory, so no register holds which of the two
+// it reads.
+template <int kColumns, int kWarpsK, int kTokens, int kUnroll>
+__global__ void __launch_bounds__(kColumns * kWarpsK * 32, (kGemvMinBlocks<kColumns, kWarpsK, kUnroll>))
+    expert_layer_fused_kernel(FusedLayerArgs args) {
+  __shared__ int ticket, active, last_of_group;
+  __shared__ ExpertGemmArgs stage;
+  wait_for_prerequisite_grids();  // the routing, which also zeroed the schedule
+  allow_dependent_grids();
+  int* const fc1_done = args.schedule + 1;                         // [E]: FC1 items done per slot
+  int* const fc2_done = args.schedule + 1 + args.fc1.num_experts;  // [FC2 column groups]: FC2 items done per group
+  if (threadIdx.x == 0) active = args.fc1.active_experts[args.fc1.num_experts];
+  for (;;) {
+    __syncthreads();  // the previous item is done with shared memory, `ticket` and `stage`
+    if (threadIdx.x == 0) {
+      ticket = atomicAdd(args.schedule, 1);
+      const FusedItem<kColumns> item(args, active, ticket);
+      if (ticket < item.items) stage = item.fc1 ? args.fc1 : args.fc2;
+    }
+    __syncthreads();
+    const FusedItem<kColumns> item(args, active, ticket);
+    if (ticket >= item.items) return;
+    gemv_columns<kColumns, kWarpsK, kTokens, kUnroll>(
+        stage, gemv_work(stage, item.slot, 0, 1), item.group, 0, item.fc1, [&](const unsigned char* rest, int bytes) {
+          if (item.fc1) return;
+          if (bytes > 0 && threadIdx.x % 32 == 0) prefetch_l2_bulk(rest, static_cast<unsigned>(bytes));
+          wait_for_count(fc1_done + item.slot, item.fc1_groups);
+        });
+    const FusedItem<kColumns> done(args, active, ticket);
+    const int before = count_item_done(done.fc1 ? fc1_done + done.slot : fc2_done + done.group);
+    if (done.fc1) continue;
+    if (threadIdx.x == 0) last_of_group = before == active - 1;
+    __syncthreads();
+    if (!last_of_group) continue;
+    __threadfence();
+    const int row_begin = done.group * kColumns * kRecordRows;
+    unpermute_rows(args, row_begin, min(args.fc2.rows, row_begin + kColumns * kRecordRows));
+  }
+}
+
+}  // namespace mxmoe::kernels
