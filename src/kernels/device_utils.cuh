@@ -72,12 +72,6 @@ __device__ __forceinline__ void mbarrier_wait(unsigned barrier, unsigned parity)
   }
 }
 
-// Asks L2 to fetch `bytes` (a multiple of 16, from a 16-byte aligned address) of global memory
-// (sm_90+); nothing waits for it, and nothing needs to.
-__device__ __forceinline__ void prefetch_l2_bulk(const void* p, unsigned bytes) {
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;\n" ::"l"(p), "r"(bytes) : "memory");
-}
-
 // Streamed weights: read once, so keep them out of L1.
 __device__ __forceinline__ uint4 load_stream_16(const void* p) {
   uint4 v;

@@ -4,12 +4,11 @@
 //
 // The CTAs take work items by ticket from one counter: first every FC1 item (slot-major: active
 // expert slot s, column group g, the GEMV's work for one CTA), then every FC2 item (slot-major
-// too). An FC2 item needs all of its expert's FC1 items: it issues its first weight batch and asks
-// L2 for the rest of its columns, then waits on its slot's counter, so FC2's weight stream starts
-// during FC1's tail. The last FC2 item of a column group (over all slots) un-permutes that
-// group's rows for every token. Every FC1 ticket is handed out before any FC2 ticket and an FC1
-// item waits on nothing, so a waiting CTA only ever waits on running ones, however many CTAs are
-// resident: no deadlock.
+// too). An FC2 item needs all of its expert's FC1 items: it issues its first weight batch, then
+// waits on its slot's counter. The last FC2 item of a column group (over all slots) un-permutes
+// that group's rows for every token. Every FC1 ticket is handed out before any FC2 ticket and an
+// FC1 item waits on nothing, so a waiting CTA only ever waits on running ones, however many CTAs
+// are resident: no deadlock.
 //
 // Grid: the CTAs that fit on the device at once (more would only queue), at most one per item.
 // Budget: the two GEMVs' (every touched expert's records once, 0.53 bytes per weight, plus the
@@ -18,6 +17,7 @@
 #pragma once
 
 #include "kernels/expert_gemv.cuh"
+#include "kernels/smem_bytes.hpp"
 
 namespace mxmoe::kernels {
 
@@ -79,42 +79,65 @@ struct FusedItem {
   }
 };
 
+// What the CTA shares about its current item, past the GEMV's shared memory.
+struct FusedControl {
+  ExpertGemmArgs stage;  // the item's stage, its routing pointers at the shared copy below
+  int ticket, last_of_group;
+};
+static_assert(sizeof(FusedControl) <= kFusedControlBytes, "the control block outgrew its shared-memory budget");
+
 // One copy of the GEMV serves both stages (`fc1` is a run-time value here): with one inlined
 // copy per stage, ptxas keeps values common to both live across either's weight loop and spills.
 // The item's stage arguments are copied to shared memory, so no register holds which of the two
-// it reads.
+// it reads, and so is the routing's active list and offsets (once per CTA), so an item starts
+// without a dependent round trip. A CTA's first ticket is its index; it asks for its next one as
+// soon as an item's first weight batch is out, so that the atomic's round trip hides behind the
+// item. (A CTA so holds a ticket while it works: the one it holds is later than the one it works
+// on, so an FC1 ticket is only ever held behind an FC1 item, which waits on nothing.)
 template <int kColumns, int kWarpsK, int kTokens, int kUnroll>
 __global__ void __launch_bounds__(kColumns * kWarpsK * 32, (kGemvMinBlocks<kColumns, kWarpsK, kUnroll>))
     expert_layer_fused_kernel(FusedLayerArgs args) {
-  __shared__ int ticket, active, last_of_group;
-  __shared__ ExpertGemmArgs stage;
+  const int experts = args.fc1.num_experts;
+  unsigned char* const control_at = dynamic_smem() + fused_control_offset(kTokens, args.fc1.staged_rows, args.fc1.k_tiles,
+                                                                          args.fc2.k_tiles, kColumns, kWarpsK);
+  FusedControl& control = *reinterpret_cast<FusedControl*>(control_at);
+  int* const active_experts = reinterpret_cast<int*>(control_at + kFusedControlBytes);  // [E + 1]
+  int* const expert_offsets = active_experts + experts + 1;                              // [E + 1]
+  int* const fc1_done = args.schedule + 1;                 // [E]: FC1 items done per slot
+  int* const fc2_done = args.schedule + 1 + experts;       // [FC2 column groups]: FC2 items done per group
   wait_for_prerequisite_grids();  // the routing, which also zeroed the schedule
   allow_dependent_grids();
-  int* const fc1_done = args.schedule + 1;                         // [E]: FC1 items done per slot
-  int* const fc2_done = args.schedule + 1 + args.fc1.num_experts;  // [FC2 column groups]: FC2 items done per group
-  if (threadIdx.x == 0) active = args.fc1.active_experts[args.fc1.num_experts];
+  for (int e = threadIdx.x; e <= experts; e += blockDim.x) {
+    active_experts[e] = args.fc1.active_experts[e];
+    expert_offsets[e] = args.fc1.expert_offsets[e];
+  }
+  if (threadIdx.x == 0) control.ticket = blockIdx.x;
   for (;;) {
-    __syncthreads();  // the previous item is done with shared memory, `ticket` and `stage`
+    __syncthreads();  // the previous item is done with shared memory; the routing copy and `ticket` are in
+    const int active = active_experts[experts];
+    const FusedItem<kColumns> item(args, active, control.ticket);
+    if (control.ticket >= item.items) return;
     if (threadIdx.x == 0) {
-      ticket = atomicAdd(args.schedule, 1);
-      const FusedItem<kColumns> item(args, active, ticket);
-      if (ticket < item.items) stage = item.fc1 ? args.fc1 : args.fc2;
+      control.stage = item.fc1 ? args.fc1 : args.fc2;
+      control.stage.active_experts = active_experts;
+      control.stage.expert_offsets = expert_offsets;
     }
     __syncthreads();
-    const FusedItem<kColumns> item(args, active, ticket);
-    if (ticket >= item.items) return;
+    int next = 0;
     gemv_columns<kColumns, kWarpsK, kTokens, kUnroll>(
-        stage, gemv_work(stage, item.slot, 0, 1), item.group, 0, item.fc1, [&](const unsigned char* rest, int bytes) {
-          if (item.fc1) return;
-          if (bytes > 0 && threadIdx.x % 32 == 0) prefetch_l2_bulk(rest, static_cast<unsigned>(bytes));
-          wait_for_count(fc1_done + item.slot, item.fc1_groups);
+        control.stage, gemv_work(control.stage, item.slot, 0, 1), item.group, 0, item.fc1,
+        [&](const unsigned char*, int) {
+          if (threadIdx.x == 0) next = gridDim.x + atomicAdd(args.schedule, 1);
+          if (!item.fc1) wait_for_count(fc1_done + item.slot, item.fc1_groups);
         });
-    const FusedItem<kColumns> done(args, active, ticket);
+    const FusedItem<kColumns> done(args, active_experts[experts], control.ticket);
     const int before = count_item_done(done.fc1 ? fc1_done + done.slot : fc2_done + done.group);
-    if (done.fc1) continue;
-    if (threadIdx.x == 0) last_of_group = before == active - 1;
+    if (threadIdx.x == 0) {
+      control.ticket = next;
+      control.last_of_group = !done.fc1 && before == active_experts[experts] - 1;
+    }
     __syncthreads();
-    if (!last_of_group) continue;
+    if (!control.last_of_group) continue;
     __threadfence();
     const int row_begin = done.group * kColumns * kRecordRows;
     unpermute_rows(args, row_begin, min(args.fc2.rows, row_begin + kColumns * kRecordRows));

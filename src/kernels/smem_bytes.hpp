@@ -21,11 +21,20 @@ constexpr int gemv_smem_bytes(int tokens, int rows, int k_tiles, int k_split, in
   return gemv_staging_bytes(tokens, rows, k_tiles, k_split) + columns * (warps_k - 1) * 32 * tokens / 2 * 4;
 }
 
-// The fused layer: the larger of its two stages' GEMV needs (FC1's K is H, FC2's is I).
-constexpr int fused_smem_bytes(int tokens, int rows, int fc1_k_tiles, int fc2_k_tiles, int columns, int warps_k) {
+// The fused layer: the larger of its two stages' GEMV needs (FC1's K is H, FC2's is I), then its
+// control block (the item's ticket and stage arguments), then a copy of the routing's active list
+// and expert offsets (2 (E + 1) ints). No kernel here has static shared memory, so the host may
+// allow each the device's whole opt-in amount.
+constexpr int kFusedControlBytes = 256;
+constexpr int fused_control_offset(int tokens, int rows, int fc1_k_tiles, int fc2_k_tiles, int columns, int warps_k) {
   const int fc1 = gemv_smem_bytes(tokens, rows, fc1_k_tiles, 1, columns, warps_k);
   const int fc2 = gemv_smem_bytes(tokens, rows, fc2_k_tiles, 1, columns, warps_k);
-  return fc1 > fc2 ? fc1 : fc2;
+  return ((fc1 > fc2 ? fc1 : fc2) + 15) / 16 * 16;
+}
+constexpr int fused_smem_bytes(int tokens, int rows, int fc1_k_tiles, int fc2_k_tiles, int columns, int warps_k,
+                               int num_experts) {
+  return fused_control_offset(tokens, rows, fc1_k_tiles, fc2_k_tiles, columns, warps_k) + kFusedControlBytes +
+         8 * (num_experts + 1);
 }
 
 // Ring GEMV: the staging, then per warp `stages` chunks of 4 records and a barrier each.

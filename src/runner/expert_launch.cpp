@@ -69,7 +69,7 @@ void launch_fused_layer(const Tactic& tactic, const kernels::FusedLayerArgs& arg
   a.fc1.staged_rows = a.fc2.staged_rows = std::min(tactic.tile_tokens, num_pairs / args.fc1.top_k);
   const int columns = tactic.warps_rows, threads = 32 * tactic.warps();
   const int smem = kernels::fused_smem_bytes(tactic.tile_tokens, a.fc1.staged_rows, a.fc1.k_tiles, a.fc2.k_tiles, columns,
-                                             tactic.warps_tokens);
+                                             tactic.warps_tokens, args.fc1.num_experts);
   // As many CTAs as are resident at once, and no more than there can be items.
   const long long resident = resident_ctas(k.fc1, threads, smem, tactic.name());
   const long long max_active = std::min(args.fc1.num_experts, num_pairs);

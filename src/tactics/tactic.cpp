@@ -108,8 +108,12 @@ void validate_plan(const MoeShape& shape, const LayerPlan& plan, const Arch& arc
       throw Error(which + " tactic " + tactic.name() + ": k_split must be in [1, " + std::to_string(max_split) + "]" +
                   (stage == Stage::kFc1 ? " (FC1's SwiGLU needs whole sums)" : ""));
     }
+    const int fc1_k_tiles = (shape.hidden + 63) / 64, fc2_k_tiles = (shape.intermediate + 63) / 64;
     const int smem =
-        tactic.family == KernelFamily::kGemv || tactic.family == KernelFamily::kFused
+        tactic.family == KernelFamily::kFused
+            ? kernels::fused_smem_bytes(tactic.tile_tokens, tactic.tile_tokens, fc1_k_tiles, fc2_k_tiles,
+                                        tactic.warps_rows, tactic.warps_tokens, shape.num_experts)
+        : tactic.family == KernelFamily::kGemv
             ? kernels::gemv_smem_bytes(tactic.tile_tokens, tactic.tile_tokens, k_tiles, tactic.k_split,
                                        tactic.warps_rows, tactic.warps_tokens)
         : tactic.family == KernelFamily::kGemvRing

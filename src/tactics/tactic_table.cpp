@@ -23,7 +23,7 @@ constexpr KernelFamily kFused = KernelFamily::kFused;
 constexpr int kMaxAccumulators = 64;
 constexpr int kMaxFragmentRegisters = 64;
 
-const std::array<Candidate, 31> kCandidates{{
+const std::array<Candidate, 32> kCandidates{{
     {{kRing, 64, 8, 4, 1, 6, 1}, "decode, weights by bulk copy into a 6-slot ring per warp: ~11 KB in flight, no registers"},
     {{kRing, 32, 8, 2, 1, 8, 1}, "decode, ring with small CTAs: more CTAs per SM for a 1-token step"},
     {{kRing, 128, 8, 8, 1, 4, 1}, "decode, ring with 8-warp CTAs sharing one activation staging"},
@@ -44,6 +44,7 @@ const std::array<Candidate, 31> kCandidates{{
     {{kFused, 32, 8, 2, 4, 2, 1}, "whole layer in one launch, small items: a short tail for a 1-2 token step"},
     {{kFused, 128, 8, 8, 1, 2, 1}, "whole layer in one launch, 8-column items: the staged activations shared by 8 warps"},
     {{kFused, 64, 8, 4, 1, 4, 1}, "whole layer in one launch, deeper per-warp pipeline"},
+    {{kFused, 128, 16, 8, 1, 4, 1}, "whole layer in one launch for 9-16 rows per expert: FC2 items fill FC1's last wave"},
     {{kMma, 64, 16, 4, 1, 4, 1}, "small tile, half height: twice the CTAs of r128 for 9-16 rows per expert"},
     {{kMma, 128, 16, 4, 1, 4, 1}, "small tile: 9-16 rows per expert"},
     {{kMma, 128, 32, 4, 1, 4, 1}, "small tile: 17-32 rows per expert"},

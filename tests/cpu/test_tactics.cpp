@@ -87,6 +87,28 @@ TEST(ValidatePlan, RejectsWhatCannotRun) {
   EXPECT_THROW(validate_plan(small, {gemv, parse_tactic("gemv.r64x8.w4x1.u4.k2")}, sm90), Error);
 }
 
+// A fused tactic is a whole-layer plan: both stages, no K split; its name round-trips.
+TEST(ValidatePlan, FusedTacticIsTheWholeLayer) {
+  const MoeShape shape = model_shape("gpt-oss-120b");
+  const Arch& sm90 = arch_by_name("sm_90a");
+  const Tactic fused = parse_tactic("fused.r64x8.w4x2.u2.k1");
+  EXPECT_EQ(fused.family, KernelFamily::kFused);
+  EXPECT_EQ(fused.name(), "fused.r64x8.w4x2.u2.k1");
+  EXPECT_TRUE((LayerPlan{fused, fused}.fused()));
+  EXPECT_NO_THROW(validate_plan(shape, {fused, fused}, sm90));
+  const Tactic gemv = parse_tactic("gemv.r64x8.w4x2.u2.k1");
+  for (const LayerPlan& mixed : {LayerPlan{fused, gemv}, LayerPlan{gemv, fused}}) {
+    try {
+      validate_plan(shape, mixed, sm90);
+      ADD_FAILURE() << mixed.fc1.name() << " + " << mixed.fc2.name() << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("whole layer"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_THROW(validate_plan(shape, {fused, parse_tactic("fused.r64x8.w4x2.u2.k2")}, sm90), Error);
+  EXPECT_THROW(validate_plan(shape, {fused, parse_tactic("fused.r128x8.w8x1.u2.k1")}, sm90), Error);
+}
+
 struct Pin {
   const char* model;
   int tokens;
