@@ -235,48 +235,54 @@ TEST(GpuLayerDeterminism, BitIdenticalRunAfterRun) {
   }
 }
 
+// The runner's own plan and a fused (whole-layer) one; the workspace is poisoned before every
+// replay, so the fused launch's counters must be zeroed inside the graph.
 TEST(GpuLayerGraph, CapturedForwardReplaysExactly) {
   MXMOE_REQUIRE_GPU();
   const MoeShape shape = model_shape("gpt-oss-20b");
   const auto& layer = test::test_layer(shape, 17);
-  for (int tokens : {1, 8, 200}) {
-    const std::vector<Bf16> x = make_activations(tokens, shape.hidden, 31);
-    const std::vector<float> logits = random_logits(tokens, shape.num_experts, 32);
-    const GpuResult direct = run_gpu(*layer.runner, x, tokens, &logits, nullptr);
-    const GpuResult direct_router = run_gpu(*layer.runner, x, tokens, nullptr, nullptr);
+  const Tactic fused = parse_tactic("fused.r128x8.w8x1.u2.k1");
+  const LayerPlan fused_plan{fused, fused};
+  for (const LayerPlan* plan : {static_cast<const LayerPlan*>(nullptr), &fused_plan}) {
+    for (int tokens : {1, 8, 200}) {
+      const std::vector<Bf16> x = make_activations(tokens, shape.hidden, 31);
+      const std::vector<float> logits = random_logits(tokens, shape.num_experts, 32);
+      const GpuResult direct = run_gpu(*layer.runner, x, tokens, &logits, plan);
+      const GpuResult direct_router = run_gpu(*layer.runner, x, tokens, nullptr, plan);
 
-    DeviceArray<Bf16> d_x(x);
-    DeviceArray<float> d_logits(logits);
-    DeviceArray<Bf16> out(direct.out.size()), out_router(direct.out.size());
-    DeviceArray<unsigned char> workspace(layer.runner->workspace_size(tokens));
-    cudaStream_t stream;
-    MXMOE_CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-    cudaGraph_t graph;
-    MXMOE_CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
-    auto* xp = reinterpret_cast<const __nv_bfloat16*>(d_x.get());
-    layer.runner->forward(xp, d_logits.get(), reinterpret_cast<__nv_bfloat16*>(out.get()), tokens, workspace.get(),
-                          workspace.size(), stream);
-    layer.runner->forward(xp, reinterpret_cast<__nv_bfloat16*>(out_router.get()), tokens, workspace.get(),
-                          workspace.size(), stream);
-    MXMOE_CUDA_OK(cudaStreamEndCapture(stream, &graph));
-    cudaGraphExec_t exec;
-    MXMOE_CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
-    for (int replay = 0; replay < 3; ++replay) {
-      out.fill_bytes(0xFF);
-      out_router.fill_bytes(0xFF);
-      workspace.fill_bytes(0xFF);
-      MXMOE_CUDA_OK(cudaGraphLaunch(exec, stream));
-      MXMOE_CUDA_OK(cudaStreamSynchronize(stream));
-      const auto a = out.to_host(), b = out_router.to_host();
-      auto same = [](const std::vector<Bf16>& p, const std::vector<Bf16>& q) {
-        return std::equal(p.begin(), p.end(), q.begin(), [](Bf16 u, Bf16 v) { return u.bits == v.bits; });
-      };
-      EXPECT_TRUE(same(a, direct.out)) << tokens;
-      EXPECT_TRUE(same(b, direct_router.out)) << tokens;
+      DeviceArray<Bf16> d_x(x);
+      DeviceArray<float> d_logits(logits);
+      DeviceArray<Bf16> out(direct.out.size()), out_router(direct.out.size());
+      DeviceArray<unsigned char> workspace(layer.runner->workspace_size(tokens));
+      cudaStream_t stream;
+      MXMOE_CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+      cudaGraph_t graph;
+      MXMOE_CUDA_OK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+      auto* xp = reinterpret_cast<const __nv_bfloat16*>(d_x.get());
+      layer.runner->forward(xp, d_logits.get(), reinterpret_cast<__nv_bfloat16*>(out.get()), tokens, workspace.get(),
+                            workspace.size(), stream, plan);
+      layer.runner->forward(xp, reinterpret_cast<__nv_bfloat16*>(out_router.get()), tokens, workspace.get(),
+                            workspace.size(), stream, plan);
+      MXMOE_CUDA_OK(cudaStreamEndCapture(stream, &graph));
+      cudaGraphExec_t exec;
+      MXMOE_CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
+      for (int replay = 0; replay < 3; ++replay) {
+        out.fill_bytes(0xFF);
+        out_router.fill_bytes(0xFF);
+        workspace.fill_bytes(0xFF);
+        MXMOE_CUDA_OK(cudaGraphLaunch(exec, stream));
+        MXMOE_CUDA_OK(cudaStreamSynchronize(stream));
+        const auto a = out.to_host(), b = out_router.to_host();
+        auto same = [](const std::vector<Bf16>& p, const std::vector<Bf16>& q) {
+          return std::equal(p.begin(), p.end(), q.begin(), [](Bf16 u, Bf16 v) { return u.bits == v.bits; });
+        };
+        EXPECT_TRUE(same(a, direct.out)) << tokens << (plan ? " fused" : "");
+        EXPECT_TRUE(same(b, direct_router.out)) << tokens << (plan ? " fused" : "");
+      }
+      cudaGraphExecDestroy(exec);
+      cudaGraphDestroy(graph);
+      cudaStreamDestroy(stream);
     }
-    cudaGraphExecDestroy(exec);
-    cudaGraphDestroy(graph);
-    cudaStreamDestroy(stream);
   }
 }
 
