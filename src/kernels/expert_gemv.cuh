@@ -61,10 +61,9 @@ template <int kColumns, int kWarpsK, int kUnroll>
 constexpr int kGemvMinBlocks = kUnroll <= 2 && 768 / (kColumns * kWarpsK * 32) > 1 ? 768 / (kColumns * kWarpsK * 32) : 1;
 
 // One GEMV CTA's work: the kColumns record columns of column group `group` of the expert in `w`,
-// over all its rows in passes of kTokens. `inputs_ready(range, bytes)` runs once every warp has
-// issued its first weight batch and before the activations are staged; it gets the rest of the
-// warp's weight stream (`bytes` 0 for a warp past the last column) and must end with the whole CTA
-// able to read the inputs (the standalone FC2 waits on FC1 there, the fused layer on its flags).
+// over all its rows in passes of kTokens. `inputs_ready()` runs once every warp has issued its
+// first weight batch and before the activations are staged, and must end with the whole CTA able
+// to read the inputs (the standalone FC2 waits on FC1 there, the fused layer on its counters).
 template <int kColumns, int kWarpsK, int kTokens, int kUnroll, typename InputsReady>
 __device__ __forceinline__ void gemv_columns(const ExpertGemmArgs& args, const GemvWork& w, int group, int split,
                                              bool fc1, InputsReady inputs_ready) {
@@ -85,8 +84,7 @@ __device__ __forceinline__ void gemv_columns(const ExpertGemmArgs& args, const G
 
   RecordBatch<kUnroll> batch_a, batch_b;
   batch_a.load(column, first_record, end_record, streams, lane);
-  inputs_ready(column + static_cast<long long>(first_record) * kRecordBytes,
-               streams ? (end_record - first_record) * kRecordBytes : 0);
+  inputs_ready();
   for (int pass = 0; pass < w.count; pass += kTokens) {
     const int tokens = min(kTokens, w.count - pass);
     if (pass > 0) {
@@ -143,7 +141,7 @@ __global__ void __launch_bounds__(kColumns * kWarpsK * 32, (kGemvMinBlocks<kColu
   }
   const GemvWork w = gemv_work(args, blockIdx.y, blockIdx.z, k_split);
   if (w.expert < 0) return;
-  gemv_columns<kColumns, kWarpsK, kTokens, kUnroll>(args, w, blockIdx.x, blockIdx.z, kFc1, [](const unsigned char*, int) {
+  gemv_columns<kColumns, kWarpsK, kTokens, kUnroll>(args, w, blockIdx.x, blockIdx.z, kFc1, [] {
     if constexpr (!kFc1) {
       wait_for_prerequisite_grids();  // FC1's activations
       allow_dependent_grids();

@@ -125,8 +125,7 @@ __global__ void __launch_bounds__(kColumns * kWarpsK * 32, (kGemvMinBlocks<kColu
     __syncthreads();
     int next = 0;
     gemv_columns<kColumns, kWarpsK, kTokens, kUnroll>(
-        control.stage, gemv_work(control.stage, item.slot, 0, 1), item.group, 0, item.fc1,
-        [&](const unsigned char*, int) {
+        control.stage, gemv_work(control.stage, item.slot, 0, 1), item.group, 0, item.fc1, [&] {
           if (threadIdx.x == 0) next = gridDim.x + atomicAdd(args.schedule, 1);
           if (!item.fc1) wait_for_count(fc1_done + item.slot, item.fc1_groups);
         });
