@@ -11,6 +11,7 @@
 #include "kernels/device_utils.cuh"
 #include "kernels/expert_gemm_args.hpp"
 #include "kernels/mxfp4_fragment.cuh"
+#include "route/small_batch_routing.cuh"
 
 namespace mxmoe::kernels {
 
@@ -80,15 +81,14 @@ struct GemvWork {
   }
 };
 
-// Reads the routing: call it after FC1's wait for the routing.
-__device__ __forceinline__ GemvWork gemv_work(const ExpertGemmArgs& args, int slot, int split, int k_split) {
+// The work of `expert` (none: -1), whose rows are sorted rows [first_row, first_row + count).
+__device__ __forceinline__ GemvWork gemv_work_of(const ExpertGemmArgs& args, int expert, int first_row, int count,
+                                                 int split, int k_split) {
   GemvWork w;
-  // Both loads at once (slot < E, so the second is in bounds even past the active count).
-  const int active = args.active_experts[args.num_experts], expert = args.active_experts[slot];
-  if (slot >= active) return w;
+  if (expert < 0) return w;
   w.expert = expert;
-  w.first_row = args.expert_offsets[w.expert];
-  w.count = args.expert_offsets[w.expert + 1] - w.first_row;
+  w.first_row = first_row;
+  w.count = count;
   w.row_tiles = args.rows / kRecordRows;
   w.kt_begin = split * args.k_tiles / k_split;
   w.records = (split + 1) * args.k_tiles / k_split - w.kt_begin;
@@ -96,6 +96,67 @@ __device__ __forceinline__ GemvWork gemv_work(const ExpertGemmArgs& args, int sl
   w.k_len = w.records * kRecordK;
   w.row_stride = w.k_len + 8;
   return w;
+}
+
+// Reads the routing: call it after FC1's wait for the routing.
+__device__ __forceinline__ GemvWork gemv_work(const ExpertGemmArgs& args, int slot, int split, int k_split) {
+  // Both loads at once (slot < E, so the second is in bounds even past the active count).
+  const int active = args.active_experts[args.num_experts], expert = args.active_experts[slot];
+  if (slot >= active) return GemvWork{};
+  const int first_row = args.expert_offsets[expert];
+  return gemv_work_of(args, expert, first_row, args.expert_offsets[expert + 1] - first_row, split, k_split);
+}
+
+// A small batch routed by the CTA itself (args.route_logits set; expert_gemm_args.hpp), in shared
+// memory at `smem` (small_route_bytes): the warps take tokens' top-k, then warp 0 gives every pair
+// its sorted row (pairs of lower experts, then of its own expert from lower lanes) and finds the
+// CTA's expert, active slot `slot`. `args.sorted_pairs` is pointed at the shared copy. With
+// `write_workspace` the CTA's last warp also writes the whole routing to args.route, for the
+// un-permute. This buys the layer no routing launch, and no global round trip between the logits
+// and the first weight load.
+// Budget: T E 4 bytes of logits from L2 per CTA; per token k rounds of E / 32 compares; 32 shuffles.
+__device__ __forceinline__ GemvWork route_small_batch_in_cta(ExpertGemmArgs& args, unsigned char* smem, int slot,
+                                                             bool write_workspace, int split, int k_split) {
+  const int pairs = args.num_tokens * args.top_k;
+  int* pair_experts = reinterpret_cast<int*>(smem);
+  float* pair_weights = reinterpret_cast<float*>(pair_experts + kSmallBatchPairs);
+  int* sorted_pairs = pair_experts + 2 * kSmallBatchPairs;
+  int* mine = sorted_pairs + kSmallBatchPairs;  // the CTA's expert, first row, row count
+  int* counts = mine + 4;                       // [E], [E + 1]: the workspace writer's scratch
+  const int warp = threadIdx.x / 32, warps = blockDim.x / 32, lane = threadIdx.x % 32;
+  for (int token = warp; token < args.num_tokens; token += warps) {
+    select_token_experts(args.route_logits, token, args.num_experts, args.top_k, pair_experts, pair_weights);
+  }
+  if (threadIdx.x == 0) mine[0] = -1;
+  __syncthreads();
+  if (warp == 0) {
+    const unsigned lanes_below = (1u << lane) - 1u;
+    const int expert = lane < pairs ? pair_experts[lane] : -1;
+    const unsigned peers = __match_any_sync(0xffffffffu, expert);
+    const bool leads = expert >= 0 && (peers & lanes_below) == 0;
+    const unsigned leaders = __ballot_sync(0xffffffffu, leads);
+    int rows_before = 0, experts_before = 0;  // pairs, and distinct experts, below this pair's expert
+    for (int q = 0; q < pairs; ++q) {
+      const int other = __shfl_sync(0xffffffffu, expert, q);
+      if (other < expert) {
+        ++rows_before;
+        experts_before += (leaders >> q) & 1;
+      }
+    }
+    if (expert >= 0) sorted_pairs[rows_before + __popc(peers & lanes_below)] = lane;
+    if (leads && experts_before == slot) {
+      mine[0] = expert;
+      mine[1] = rows_before;
+      mine[2] = __popc(peers);
+    }
+  }
+  if (write_workspace && warp == warps - 1) {
+    permute_small_batch(pair_experts, pairs, args.num_experts, counts, counts + args.num_experts, args.route);
+    for (int i = lane; i < pairs; i += 32) args.route.topk_weights[i] = pair_weights[i];
+  }
+  __syncthreads();
+  args.sorted_pairs = sorted_pairs;
+  return gemv_work_of(args, mine[0], mine[1], mine[2], split, k_split);
 }
 
 // The GEMV families' dynamic shared memory up to the staging's end (smem_bytes.hpp,

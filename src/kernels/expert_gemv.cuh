@@ -8,7 +8,8 @@
 // dequantised and multiplied, batch i + 1's loads are in flight, so a warp always has 16 kUnroll to
 // 32 kUnroll bytes per lane outstanding. The first batch is issued before the activations are
 // staged, and FC2 issues it before waiting on FC1 (programmatic dependent launch): it needs only the
-// routing, which is complete by the time FC2 starts.
+// routing, which is complete by the time FC2 starts (or which a small batch's CTAs compute
+// themselves from the logits, expert_gemm.cuh).
 //
 // A CTA has kColumns x kWarpsK warps: kWarpsK warps share each record column, each streaming a
 // contiguous part of its K, their partial sums added in shared memory in a fixed order. That
@@ -136,12 +137,22 @@ template <int kColumns, int kWarpsK, int kTokens, bool kFc1, int kUnroll>
 __global__ void __launch_bounds__(kColumns * kWarpsK * 32, (kGemvMinBlocks<kColumns, kWarpsK, kUnroll>))
     expert_gemv_kernel(ExpertGemmArgs args, int k_split) {
   if constexpr (kFc1) {
-    wait_for_prerequisite_grids();  // the routing
+    wait_for_prerequisite_grids();  // the routing; for a batch that routes itself, the logits
     allow_dependent_grids();
   }
-  const GemvWork w = gemv_work(args, blockIdx.y, blockIdx.z, k_split);
+  ExpertGemmArgs routed = args;
+  GemvWork w;
+  if (args.route_logits) {  // FC2 too reads the logits before its wait: FC1 waited on their writer
+    const int own_bytes = gemv_smem_bytes(kTokens, args.staged_rows, args.k_tiles, k_split, kColumns, kWarpsK);
+    // FC2's first CTA writes the routing for the un-permute: it starts while FC1 streams.
+    const bool writes = !kFc1 && blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0;
+    w = route_small_batch_in_cta(routed, dynamic_smem() + small_route_offset(own_bytes), blockIdx.y, writes,
+                                 blockIdx.z, k_split);
+  } else {
+    w = gemv_work(args, blockIdx.y, blockIdx.z, k_split);
+  }
   if (w.expert < 0) return;
-  gemv_columns<kColumns, kWarpsK, kTokens, kUnroll>(args, w, blockIdx.x, blockIdx.z, kFc1, [] {
+  gemv_columns<kColumns, kWarpsK, kTokens, kUnroll>(routed, w, blockIdx.x, blockIdx.z, kFc1, [] {
     if constexpr (!kFc1) {
       wait_for_prerequisite_grids();  // FC1's activations
       allow_dependent_grids();

@@ -9,6 +9,9 @@ namespace mxmoe::kernels {
 // tile_offsets[i][e] = sum over experts before e of ceil(count / (8 << i)).
 constexpr int kTileSizeCount = 5;  // 8, 16, 32, 64, 128
 
+// Batches of at most this many pairs are permuted by one warp (small_batch_routing.cuh).
+constexpr int kSmallBatchPairs = 32;
+
 struct RouteBuffers {
   int* topk_experts;    // [pairs]
   float* topk_weights;  // [pairs]

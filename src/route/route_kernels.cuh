@@ -4,8 +4,7 @@
 
 #include <cuda_bf16.h>
 
-#include "kernels/device_utils.cuh"
-#include "route/route_buffers.hpp"
+#include "route/small_batch_routing.cuh"
 
 namespace mxmoe::kernels {
 
@@ -86,55 +85,6 @@ __global__ void __launch_bounds__(kLogitWarps * 32)
   }
 }
 
-// Ranking of (logit, expert): larger logit first, ties to the lower expert, NaN below everything.
-struct Ranked {
-  float key;
-  int expert;
-};
-__device__ __forceinline__ bool ranks_before(Ranked a, Ranked b) {
-  return a.key > b.key || (a.key == b.key && a.expert < b.expert);
-}
-
-// Top-k over one token's logits and the softmax over the k selected, by one warp. Round s takes
-// the best entry ranked after round s-1's pick, so nothing needs marking. Lane s keeps slot s.
-// The experts go to `experts` (the workspace's top-k, or a shared-memory copy), the weights to
-// the workspace. Budget: reads E 4 bytes; k rounds of E/32 compares and 5 shuffles.
-__device__ __forceinline__ void select_token_experts(const float* logits, int token, int num_experts, int top_k,
-                                                     int* experts, const RouteBuffers& route) {
-  const int lane = threadIdx.x % 32;
-  const float* row = logits + static_cast<long long>(token) * num_experts;
-  Ranked previous{INFINITY, -1};
-  float my_logit = 0.0f;
-  int my_expert = -1;
-  for (int slot = 0; slot < top_k; ++slot) {
-    Ranked best{-INFINITY, num_experts};
-    for (int e = lane; e < num_experts; e += 32) {
-      const float v = row[e];
-      const Ranked candidate{isnan(v) ? -INFINITY : v, e};
-      if ((slot == 0 || ranks_before(previous, candidate)) && (best.expert == num_experts || ranks_before(candidate, best))) {
-        best = candidate;
-      }
-    }
-    for (int offset = 16; offset > 0; offset /= 2) {
-      const Ranked other{__shfl_xor_sync(0xffffffffu, best.key, offset), __shfl_xor_sync(0xffffffffu, best.expert, offset)};
-      if (other.expert != num_experts && (best.expert == num_experts || ranks_before(other, best))) best = other;
-    }
-    previous = best;
-    if (lane == slot) {
-      my_expert = best.expert;
-      my_logit = row[best.expert];  // the raw value: a NaN logit makes NaN weights, as in the reference
-    }
-  }
-  const float max_logit = __shfl_sync(0xffffffffu, my_logit, 0);
-  const float e = lane < top_k ? expf(my_logit - max_logit) : 0.0f;
-  float sum = e;
-  for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
-  if (lane < top_k) {
-    experts[token * top_k + lane] = my_expert;
-    route.topk_weights[token * top_k + lane] = e / sum;
-  }
-}
-
 constexpr int kSelectWarps = 8;  // tokens per CTA, one per warp
 
 __global__ void __launch_bounds__(kSelectWarps * 32)
@@ -142,7 +92,7 @@ __global__ void __launch_bounds__(kSelectWarps * 32)
   wait_for_prerequisite_grids();  // the logits
   allow_dependent_grids();
   const int token = blockIdx.x * kSelectWarps + threadIdx.x / 32;
-  if (token < num_tokens) select_token_experts(logits, token, num_experts, top_k, route.topk_experts, route);
+  if (token < num_tokens) select_token_experts(logits, token, num_experts, top_k, route.topk_experts, route.topk_weights);
 }
 
 constexpr int kPermuteThreads = 1024;
@@ -160,51 +110,6 @@ __host__ __device__ inline int permute_fixed_smem(int num_experts, int smem_pair
 __host__ __device__ inline int permute_segments(int num_experts, int smem_pairs) {
   const int fit = (kPermuteSmemBytes - permute_fixed_smem(num_experts, smem_pairs)) / (4 * num_experts);
   return fit < 1 ? 1 : (fit > kPermuteThreads / 32 ? kPermuteThreads / 32 : fit);
-}
-
-// Warp-wide exclusive scans over experts of `counts` (shared memory): each expert's first sorted
-// row (into `offsets` [E + 1], shared, and the workspace), its count, the active list and each
-// tile size's tile offsets (workspace). Call with one whole warp.
-__device__ __forceinline__ void scan_experts(const int* counts, int* offsets, int num_experts, const RouteBuffers& route) {
-  const int lane = threadIdx.x % 32;
-  const int per_lane = (num_experts + 31) / 32;
-  const int first = lane * per_lane, last = min(num_experts, first + per_lane);
-  int sums[2 + kTileSizeCount] = {};
-  for (int e = first; e < last; ++e) {
-    const int c = counts[e];
-    sums[0] += c;
-    sums[1] += c > 0;
-#pragma unroll
-    for (int i = 0; i < kTileSizeCount; ++i) sums[2 + i] += (c + (8 << i) - 1) / (8 << i);
-  }
-#pragma unroll
-  for (int q = 0; q < 2 + kTileSizeCount; ++q) {
-    int inclusive = sums[q];
-    for (int offset = 1; offset < 32; offset *= 2) {
-      const int up = __shfl_up_sync(0xffffffffu, inclusive, offset);
-      if (lane >= offset) inclusive += up;
-    }
-    sums[q] = inclusive - sums[q];  // exclusive prefix of this lane's chunk
-  }
-  for (int e = first; e < last; ++e) {
-    const int c = counts[e];
-    route.expert_counts[e] = c;
-    offsets[e] = sums[0];
-    route.expert_offsets[e] = sums[0];
-    sums[0] += c;
-    if (c > 0) route.active_experts[sums[1]++] = e;
-#pragma unroll
-    for (int i = 0; i < kTileSizeCount; ++i) {
-      route.tile_offsets[i * (num_experts + 1) + e] = sums[2 + i];
-      sums[2 + i] += (c + (8 << i) - 1) / (8 << i);
-    }
-  }
-  if (lane == 31) {
-    offsets[num_experts] = sums[0];
-    route.expert_offsets[num_experts] = sums[0];
-    route.active_experts[num_experts] = sums[1];
-    for (int i = 0; i < kTileSizeCount; ++i) route.tile_offsets[i * (num_experts + 1) + num_experts] = sums[2 + i];
-  }
 }
 
 // The expert-sorted permutation, in one CTA; with `logits` it first selects every token's experts
@@ -237,28 +142,13 @@ __global__ void __launch_bounds__(kPermuteThreads)
   for (int i = threadIdx.x; i < route.schedule_words; i += blockDim.x) route.schedule[i] = 0;
   if (fused) {
     for (int token = warp; token < num_tokens; token += blockDim.x / 32) {
-      select_token_experts(logits, token, num_experts, top_k, pair_experts, route);
+      select_token_experts(logits, token, num_experts, top_k, pair_experts, route.topk_weights);
     }
   }
-  if (fused && num_pairs <= 32) {
-    // A small batch (the launcher gives it one warp per token): warp 0 holds pair p in lane p, so
-    // a pair's rank among its expert's pairs is a match.any away and one barrier is the only one.
+  if (fused && num_pairs <= kSmallBatchPairs) {
+    // A small batch (the launcher gives it one warp per token): one barrier, then warp 0 permutes.
     __syncthreads();  // the selected experts
-    if (warp != 0) return;
-    for (int e = lane; e < num_experts; e += 32) counts[e] = 0;
-    __syncwarp();
-    const int expert = lane < num_pairs ? pair_experts[lane] : -1;
-    const unsigned peers = __match_any_sync(0xffffffffu, expert);
-    if (expert >= 0 && (peers & lanes_below) == 0) counts[expert] = __popc(peers);
-    __syncwarp();
-    scan_experts(counts, offsets, num_experts, route);
-    __syncwarp();
-    if (expert >= 0) {
-      const int row = offsets[expert] + __popc(peers & lanes_below);
-      route.sorted_pairs[row] = lane;
-      route.pair_rows[lane] = row;
-      route.topk_experts[lane] = expert;
-    }
+    if (warp == 0) permute_small_batch(pair_experts, num_pairs, num_experts, counts, offsets, route);
     return;
   }
   for (int i = threadIdx.x; i < segments * num_experts; i += blockDim.x) hist[i] = 0;

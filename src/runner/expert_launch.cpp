@@ -35,6 +35,9 @@ long long resident_ctas(const void* kernel, int threads, int smem, const std::st
 void launch_expert_gemm(Stage stage, const Tactic& tactic, const kernels::ExpertGemmArgs& args, int num_pairs,
                         cudaStream_t stream) {
   const ExpertKernels& k = expert_kernels(tactic);
+  if (args.route_logits && tactic.family != KernelFamily::kGemv) {
+    throw Error("internal: " + tactic.name() + " cannot route a batch itself (only GEMV tactics do)");
+  }
   kernels::ExpertGemmArgs a = args;
   a.staged_rows = std::min(tactic.tile_tokens, num_pairs / args.top_k);  // an expert gets a token at most once
   int k_split = tactic.k_split;
@@ -53,6 +56,7 @@ void launch_expert_gemm(Stage stage, const Tactic& tactic, const kernels::Expert
     grid = dim3((row_tiles + columns - 1) / columns, max_active, static_cast<unsigned>(k_split));
     smem = kernels::gemv_smem_bytes(tactic.tile_tokens, a.staged_rows, args.k_tiles, k_split, tactic.warps_rows,
                                     tactic.warps_tokens);
+    if (args.route_logits) smem = kernels::small_route_offset(smem) + kernels::small_route_bytes(args.num_experts);
   } else {
     grid = dim3(static_cast<unsigned>(num_pairs / tactic.tile_tokens) + max_active,
                 static_cast<unsigned>((args.rows + tactic.tile_rows - 1) / tactic.tile_rows), static_cast<unsigned>(k_split));

@@ -46,8 +46,9 @@ void launch_routing(const float* logits, int num_tokens, int num_experts, int to
   const int smem_pairs = fused_logits ? num_tokens * top_k : 0;
   const int smem = kernels::permute_segments(num_experts, smem_pairs) * num_experts * 4 +
                    kernels::permute_fixed_smem(num_experts, smem_pairs);
-  // A fused batch of at most 32 pairs takes the one-warp path: one warp per token for the top-k.
-  const int threads = fused_logits && num_tokens * top_k <= 32 ? 32 * num_tokens : kernels::kPermuteThreads;
+  // A fused small batch takes the one-warp path: one warp per token for the top-k.
+  const bool small = fused_logits && num_tokens * top_k <= kernels::kSmallBatchPairs;
+  const int threads = small ? 32 * num_tokens : kernels::kPermuteThreads;
   launch(reinterpret_cast<const void*>(kernels::permute_kernel), dim3(1), dim3(static_cast<unsigned>(threads)), args,
          smem, stream, "permutation launch");
 }

@@ -90,6 +90,11 @@ Tactic parse_tactic(std::string_view name) {
   return t;
 }
 
+bool routes_in_expert_kernels(const LayerPlan& plan, int num_tokens, int top_k) {
+  return plan.fc1.family == KernelFamily::kGemv && plan.fc2.family == KernelFamily::kGemv &&
+         num_tokens * top_k <= kernels::kSmallBatchPairs;
+}
+
 void validate_plan(const MoeShape& shape, const LayerPlan& plan, const Arch& arch) {
   const auto& valid = valid_tactics(arch.name);
   if ((plan.fc1.family == KernelFamily::kFused || plan.fc2.family == KernelFamily::kFused) &&
@@ -113,9 +118,10 @@ void validate_plan(const MoeShape& shape, const LayerPlan& plan, const Arch& arc
         tactic.family == KernelFamily::kFused
             ? kernels::fused_smem_bytes(tactic.tile_tokens, tactic.tile_tokens, fc1_k_tiles, fc2_k_tiles,
                                         tactic.warps_rows, tactic.warps_tokens, shape.num_experts)
-        : tactic.family == KernelFamily::kGemv
-            ? kernels::gemv_smem_bytes(tactic.tile_tokens, tactic.tile_tokens, k_tiles, tactic.k_split,
-                                       tactic.warps_rows, tactic.warps_tokens)
+        : tactic.family == KernelFamily::kGemv  // with a small batch's routing past it
+            ? kernels::small_route_offset(kernels::gemv_smem_bytes(tactic.tile_tokens, tactic.tile_tokens, k_tiles,
+                                                                   tactic.k_split, tactic.warps_rows, tactic.warps_tokens)) +
+                  kernels::small_route_bytes(shape.num_experts)
         : tactic.family == KernelFamily::kGemvRing
             ? kernels::ring_smem_bytes(tactic.tile_tokens, tactic.tile_tokens, k_tiles, tactic.k_split,
                                        tactic.warps_rows, tactic.stages)

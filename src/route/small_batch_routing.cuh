@@ -1,0 +1,154 @@
+// Routing that one warp can do: a token's top-k with the softmax over it, the scans over experts,
+// and the whole expert-sorted permutation of a batch of at most kSmallBatchPairs pairs. The routing
+// kernels use it, and so do the GEMV kernels, which route a small batch themselves (expert_gemv.cuh):
+// NVRTC compiles it too, so no toolkit headers.
+#pragma once
+
+#include "kernels/device_utils.cuh"
+#include "route/route_buffers.hpp"
+
+namespace mxmoe::kernels {
+
+__device__ __forceinline__ float infinity() { return __int_as_float(0x7f800000); }
+
+// A logit's rank as an unsigned word: a larger logit gives a larger word, NaN ranks as -inf (below
+// every number, tied with -inf), and -0 as +0, so that equal words are equal logits. Ties go to
+// the lower expert.
+__device__ __forceinline__ unsigned logit_rank(float v) {
+  if (v != v) v = -infinity();
+  const unsigned u = v == 0.0f ? 0u : __float_as_uint(v);
+  return u & 0x80000000u ? ~u : u | 0x80000000u;
+}
+
+constexpr int kHeldLogits = 8;  // logits a lane keeps in registers (E <= 256); it rereads the rest
+
+// Top-k over one token's logits and the softmax over the k selected, by one warp. Round s takes
+// the best entry ranked after round s-1's pick, so nothing needs marking: each lane its own best,
+// then the warp's by two reductions (the highest rank, then the lowest expert holding it). Lane s
+// keeps slot s. Writes experts[token k + s] and weights[token k + s] (workspace or shared).
+// Budget: reads E 4 bytes once (all loads in flight together); k rounds of E / 32 compares and
+// three warp-wide steps.
+__device__ __forceinline__ void select_token_experts(const float* logits, int token, int num_experts, int top_k,
+                                                     int* experts, float* weights) {
+  const int lane = threadIdx.x % 32;
+  const float* row = logits + static_cast<long long>(token) * num_experts;
+  float held[kHeldLogits];
+#pragma unroll
+  for (int i = 0; i < kHeldLogits; ++i) held[i] = lane + 32 * i < num_experts ? row[lane + 32 * i] : 0.0f;
+  unsigned previous_rank = 0xFFFFFFFFu;
+  int previous_expert = -1;
+  float my_logit = 0.0f;
+  int my_expert = -1;
+  for (int slot = 0; slot < top_k; ++slot) {
+    unsigned best_rank = 0;  // below every logit's rank: this lane has no candidate
+    int best_expert = num_experts;
+    float best_logit = 0.0f;
+    auto consider = [&](float v, int e) {
+      const unsigned rank = logit_rank(v);
+      const bool after_previous = rank < previous_rank || (rank == previous_rank && e > previous_expert);
+      if (after_previous && (rank > best_rank || (rank == best_rank && e < best_expert))) {
+        best_rank = rank;
+        best_expert = e;
+        best_logit = v;
+      }
+    };
+#pragma unroll
+    for (int i = 0; i < kHeldLogits; ++i) {
+      if (lane + 32 * i < num_experts) consider(held[i], lane + 32 * i);
+    }
+    for (int e = lane + 32 * kHeldLogits; e < num_experts; e += 32) consider(row[e], e);
+    const unsigned top_rank = __reduce_max_sync(0xffffffffu, best_rank);
+    const int top_expert = static_cast<int>(
+        __reduce_min_sync(0xffffffffu, best_rank == top_rank ? static_cast<unsigned>(best_expert) : 0xFFFFFFFFu));
+    // The raw value from the lane holding it: a NaN logit makes NaN weights, as in the reference.
+    const float top_logit = __shfl_sync(0xffffffffu, best_logit, top_expert % 32);
+    previous_rank = top_rank;
+    previous_expert = top_expert;
+    if (lane == slot) {
+      my_expert = top_expert;
+      my_logit = top_logit;
+    }
+  }
+  const float max_logit = __shfl_sync(0xffffffffu, my_logit, 0);
+  const float e = lane < top_k ? expf(my_logit - max_logit) : 0.0f;
+  float sum = e;
+  for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+  if (lane < top_k) {
+    experts[token * top_k + lane] = my_expert;
+    weights[token * top_k + lane] = e / sum;
+  }
+}
+
+// Warp-wide exclusive scans over experts of `counts` (shared memory): each expert's first sorted
+// row (into `offsets` [E + 1], shared, and the workspace), its count, the active list and each
+// tile size's tile offsets (when `route` has them). Call with one whole warp.
+__device__ __forceinline__ void scan_experts(const int* counts, int* offsets, int num_experts, const RouteBuffers& route) {
+  const int lane = threadIdx.x % 32;
+  const int per_lane = (num_experts + 31) / 32;
+  const int first = lane * per_lane, last = min(num_experts, first + per_lane);
+  int sums[2 + kTileSizeCount] = {};
+  for (int e = first; e < last; ++e) {
+    const int c = counts[e];
+    sums[0] += c;
+    sums[1] += c > 0;
+#pragma unroll
+    for (int i = 0; i < kTileSizeCount; ++i) sums[2 + i] += (c + (8 << i) - 1) / (8 << i);
+  }
+#pragma unroll
+  for (int q = 0; q < 2 + kTileSizeCount; ++q) {
+    int inclusive = sums[q];
+    for (int offset = 1; offset < 32; offset *= 2) {
+      const int up = __shfl_up_sync(0xffffffffu, inclusive, offset);
+      if (lane >= offset) inclusive += up;
+    }
+    sums[q] = inclusive - sums[q];  // exclusive prefix of this lane's chunk
+  }
+  for (int e = first; e < last; ++e) {
+    const int c = counts[e];
+    route.expert_counts[e] = c;
+    offsets[e] = sums[0];
+    route.expert_offsets[e] = sums[0];
+    sums[0] += c;
+    if (c > 0) route.active_experts[sums[1]++] = e;
+#pragma unroll
+    for (int i = 0; i < kTileSizeCount; ++i) {
+      if (route.tile_offsets) route.tile_offsets[i * (num_experts + 1) + e] = sums[2 + i];
+      sums[2 + i] += (c + (8 << i) - 1) / (8 << i);
+    }
+  }
+  if (lane == 31) {
+    offsets[num_experts] = sums[0];
+    route.expert_offsets[num_experts] = sums[0];
+    route.active_experts[num_experts] = sums[1];
+    for (int i = 0; i < kTileSizeCount && route.tile_offsets; ++i) {
+      route.tile_offsets[i * (num_experts + 1) + num_experts] = sums[2 + i];
+    }
+  }
+}
+
+// The permutation of a batch of at most kSmallBatchPairs (32) pairs by one warp, after every pair's expert is in
+// `pair_experts` (its top-k, visible to the warp): lane p holds pair p, so a pair's rank among its
+// expert's pairs is a match.any away. Writes the counts, offsets, active list (and tile offsets,
+// when `route` has them), then the sorted rows, into `route`; `counts` [E] and `offsets` [E + 1]
+// are the warp's shared scratch and may be route's own arrays. Call with one whole warp.
+__device__ __forceinline__ void permute_small_batch(const int* pair_experts, int num_pairs, int num_experts,
+                                                    int* counts, int* offsets, const RouteBuffers& route) {
+  const int lane = threadIdx.x % 32;
+  const unsigned lanes_below = (1u << lane) - 1u;
+  for (int e = lane; e < num_experts; e += 32) counts[e] = 0;
+  __syncwarp();
+  const int expert = lane < num_pairs ? pair_experts[lane] : -1;
+  const unsigned peers = __match_any_sync(0xffffffffu, expert);
+  if (expert >= 0 && (peers & lanes_below) == 0) counts[expert] = __popc(peers);
+  __syncwarp();
+  scan_experts(counts, offsets, num_experts, route);
+  __syncwarp();
+  if (expert >= 0) {
+    const int row = offsets[expert] + __popc(peers & lanes_below);
+    route.sorted_pairs[row] = lane;
+    route.pair_rows[lane] = row;
+    route.topk_experts[lane] = expert;
+  }
+}
+
+}  // namespace mxmoe::kernels
