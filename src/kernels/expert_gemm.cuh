@@ -11,7 +11,6 @@
 #include "kernels/device_utils.cuh"
 #include "kernels/expert_gemm_args.hpp"
 #include "kernels/mxfp4_fragment.cuh"
-#include "kernels/smem_bytes.hpp"
 #include "route/small_batch_routing.cuh"
 
 namespace mxmoe::kernels {
@@ -108,46 +107,31 @@ __device__ __forceinline__ GemvWork gemv_work(const ExpertGemmArgs& args, int sl
   return gemv_work_of(args, expert, first_row, args.expert_offsets[expert + 1] - first_row, split, k_split);
 }
 
-// A small batch's routing as one CTA keeps it, in shared memory past the kernel's own (at
-// small_route_offset, small_route_bytes): each pair's expert, weight and sorted row, each sorted
-// row's pair, the CTA's own part (its expert, first row, row count; the active count; a flag), and
-// the workspace writer's scratch counts [E] and offsets [E + 1].
-struct SmallRoute {
-  int* pair_experts;
-  float* pair_weights;
-  int* sorted_pairs;
-  int* pair_rows;
-  int* mine;  // [0] expert (-1: none), [1] first row, [2] row count, [3] active experts, [4] flag
-  int* counts;
-
-  __device__ __forceinline__ explicit SmallRoute(unsigned char* smem)
-      : pair_experts(reinterpret_cast<int*>(smem)),
-        pair_weights(reinterpret_cast<float*>(pair_experts + kSmallBatchPairs)),
-        sorted_pairs(pair_experts + 2 * kSmallBatchPairs),
-        pair_rows(pair_experts + 3 * kSmallBatchPairs),
-        mine(pair_experts + 4 * kSmallBatchPairs),
-        counts(mine + kSmallRouteOwnWords) {}
-};
-
-// A small batch routed by the CTA itself (args.route_logits set; expert_gemm_args.hpp) into `r`:
-// the warps take tokens' top-k, then warp 0 gives every pair its sorted row (pairs of lower
-// experts, then of its own expert from lower lanes) and finds the CTA's expert, active slot `slot`.
-// `args.sorted_pairs` is pointed at the shared copy. With `write_workspace` the CTA's last warp
-// also writes the whole routing to args.route. This buys the layer no routing launch, and no
-// global round trip between the logits and the first weight load.
+// A small batch routed by the CTA itself (args.route_logits set; expert_gemm_args.hpp), in shared
+// memory at `smem` (small_route_bytes): the warps take tokens' top-k, then warp 0 gives every pair
+// its sorted row (pairs of lower experts, then of its own expert from lower lanes) and finds the
+// CTA's expert, active slot `slot`. `args.sorted_pairs` is pointed at the shared copy. With
+// `write_workspace` the CTA's last warp also writes the whole routing to args.route, for the
+// un-permute. This buys the layer no routing launch, and no global round trip between the logits
+// and the first weight load.
 // Budget: T E 4 bytes of logits from L2 per CTA; per token k rounds of E / 32 compares; 32 shuffles.
-__device__ __forceinline__ GemvWork route_small_batch_in_cta(ExpertGemmArgs& args, const SmallRoute& r, int slot,
+__device__ __forceinline__ GemvWork route_small_batch_in_cta(ExpertGemmArgs& args, unsigned char* smem, int slot,
                                                              bool write_workspace, int split, int k_split) {
   const int pairs = args.num_tokens * args.top_k;
+  int* pair_experts = reinterpret_cast<int*>(smem);
+  float* pair_weights = reinterpret_cast<float*>(pair_experts + kSmallBatchPairs);
+  int* sorted_pairs = pair_experts + 2 * kSmallBatchPairs;
+  int* mine = sorted_pairs + kSmallBatchPairs;  // the CTA's expert, first row, row count
+  int* counts = mine + 4;                       // [E], [E + 1]: the workspace writer's scratch
   const int warp = threadIdx.x / 32, warps = blockDim.x / 32, lane = threadIdx.x % 32;
   for (int token = warp; token < args.num_tokens; token += warps) {
-    select_token_experts(args.route_logits, token, args.num_experts, args.top_k, r.pair_experts, r.pair_weights);
+    select_token_experts(args.route_logits, token, args.num_experts, args.top_k, pair_experts, pair_weights);
   }
-  if (threadIdx.x == 0) r.mine[0] = -1;
+  if (threadIdx.x == 0) mine[0] = -1;
   __syncthreads();
   if (warp == 0) {
     const unsigned lanes_below = (1u << lane) - 1u;
-    const int expert = lane < pairs ? r.pair_experts[lane] : -1;
+    const int expert = lane < pairs ? pair_experts[lane] : -1;
     const unsigned peers = __match_any_sync(0xffffffffu, expert);
     const bool leads = expert >= 0 && (peers & lanes_below) == 0;
     const unsigned leaders = __ballot_sync(0xffffffffu, leads);
@@ -159,55 +143,20 @@ __device__ __forceinline__ GemvWork route_small_batch_in_cta(ExpertGemmArgs& arg
         experts_before += (leaders >> q) & 1;
       }
     }
-    if (expert >= 0) {
-      const int row = rows_before + __popc(peers & lanes_below);
-      r.sorted_pairs[row] = lane;
-      r.pair_rows[lane] = row;
-    }
+    if (expert >= 0) sorted_pairs[rows_before + __popc(peers & lanes_below)] = lane;
     if (leads && experts_before == slot) {
-      r.mine[0] = expert;
-      r.mine[1] = rows_before;
-      r.mine[2] = __popc(peers);
+      mine[0] = expert;
+      mine[1] = rows_before;
+      mine[2] = __popc(peers);
     }
-    if (lane == 0) r.mine[3] = __popc(leaders);
   }
   if (write_workspace && warp == warps - 1) {
-    permute_small_batch(r.pair_experts, pairs, args.num_experts, r.counts, r.counts + args.num_experts, args.route);
-    for (int i = lane; i < pairs; i += 32) args.route.topk_weights[i] = r.pair_weights[i];
+    permute_small_batch(pair_experts, pairs, args.num_experts, counts, counts + args.num_experts, args.route);
+    for (int i = lane; i < pairs; i += 32) args.route.topk_weights[i] = pair_weights[i];
   }
   __syncthreads();
-  args.sorted_pairs = r.sorted_pairs;
-  return gemv_work_of(args, r.mine[0], r.mine[1], r.mine[2], split, k_split);
-}
-
-// Counts one CTA's work done once every store of the CTA is visible device-wide. Thread 0 gets
-// the count before its addition.
-__device__ __forceinline__ int count_item_done(int* counter) {
-  __threadfence();
-  __syncthreads();
-  return threadIdx.x == 0 ? atomicAdd(counter, 1) : 0;
-}
-
-// out[t][row] = sum over slots s of w(t, s) * (sum over K splits of y[split][row(t, s)][row]) for
-// rows [row_begin, row_end) of every token, in unpermute_kernel's order (slots in order, splits
-// in order within each), so with its bits. y is read through L2 (other CTAs wrote it); `weights`
-// and `pair_rows` may be shared memory.
-__device__ __forceinline__ void unpermute_rows(const float* y, long long split_stride, int k_split, const float* weights,
-                                               const int* pair_rows, int num_tokens, int top_k, int hidden,
-                                               unsigned short* out, int row_begin, int row_end) {
-  const int rows = row_end - row_begin;
-  for (int i = threadIdx.x; i < num_tokens * rows; i += blockDim.x) {
-    const int token = i / rows, row = row_begin + i % rows;
-    float acc = 0.0f;
-    for (int s = 0; s < top_k; ++s) {
-      const int pair = token * top_k + s;
-      const float* y_row = y + static_cast<long long>(pair_rows[pair]) * hidden + row;
-      float sum = 0.0f;
-      for (int split = 0; split < k_split; ++split) sum += __ldcg(y_row + split * split_stride);
-      acc += weights[pair] * sum;
-    }
-    out[static_cast<long long>(token) * hidden + row] = float_to_bf16_bits(acc);
-  }
+  args.sorted_pairs = sorted_pairs;
+  return gemv_work_of(args, mine[0], mine[1], mine[2], split, k_split);
 }
 
 // The GEMV families' dynamic shared memory up to the staging's end (smem_bytes.hpp,

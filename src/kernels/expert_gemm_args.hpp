@@ -22,15 +22,13 @@ struct ExpertGemmArgs {
   void* output;               // FC1: bf16 [pairs, rows / 2]; FC2: fp32 [k_split][pairs, rows]
   long long split_stride;     // FC2: elements between k-split partials
   int staged_rows;            // GEMV families: token rows staged per pass, min(kTokens, the batch's tokens)
-  // A GEMV plan's batch of at most kSmallBatchPairs pairs runs with no routing or un-permute
-  // kernel: every CTA computes its part of the routing from these logits [T, E] in shared memory
-  // (expert_gemm.cuh); FC1's CTA (0, 0, 0) zeroes route.schedule, FC2's writes the whole routing to
-  // `route`, and the last FC2 CTA of each column group (counted in route.schedule) un-permutes the
-  // group's rows into `out`. Null: the routing kernel's buffers above, and an un-permute kernel.
+  // A GEMV plan's batch of at most kSmallBatchPairs pairs routes itself, with no routing kernel:
+  // every CTA computes its part of the routing from these logits [T, E] in shared memory
+  // (expert_gemm.cuh), and FC2's CTA (0, 0, 0) writes the whole of it to `route` for the
+  // un-permute. Null: the routing kernel's buffers above.
   const float* route_logits;
   int num_tokens;
   RouteBuffers route;
-  void* out;  // bf16 [T, H]
 };
 
 // The fused decode layer (expert_layer_fused.cuh): both stages' arguments, the un-permute's inputs,

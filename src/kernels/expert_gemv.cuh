@@ -133,22 +133,6 @@ __device__ __forceinline__ void gemv_columns(const ExpertGemmArgs& args, const G
   }
 }
 
-// FC2 of a batch that routes itself: counts the CTA done in its column group's counter, and the
-// last of the group's CTAs (over active slots and K splits) un-permutes the group's rows.
-template <int kColumns>
-__device__ __forceinline__ void unpermute_group_if_last(const ExpertGemmArgs& args, const SmallRoute& r, int group,
-                                                        int k_split) {
-  const int before = count_item_done(args.route.schedule + group);
-  if (threadIdx.x == 0) r.mine[4] = before == r.mine[3] * k_split - 1;
-  __syncthreads();
-  if (!r.mine[4]) return;
-  __threadfence();
-  const int row_begin = group * kColumns * kRecordRows;
-  unpermute_rows(static_cast<const float*>(args.output), args.split_stride, k_split, r.pair_weights, r.pair_rows,
-                 args.num_tokens, args.top_k, args.rows, static_cast<unsigned short*>(args.out), row_begin,
-                 min(args.rows, row_begin + kColumns * kRecordRows));
-}
-
 template <int kColumns, int kWarpsK, int kTokens, bool kFc1, int kUnroll>
 __global__ void __launch_bounds__(kColumns * kWarpsK * 32, (kGemvMinBlocks<kColumns, kWarpsK, kUnroll>))
     expert_gemv_kernel(ExpertGemmArgs args, int k_split) {
@@ -156,17 +140,14 @@ __global__ void __launch_bounds__(kColumns * kWarpsK * 32, (kGemvMinBlocks<kColu
     wait_for_prerequisite_grids();  // the routing; for a batch that routes itself, the logits
     allow_dependent_grids();
   }
-  const bool first_cta = blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0;
-  const SmallRoute small(dynamic_smem() + small_route_offset(gemv_smem_bytes(kTokens, args.staged_rows, args.k_tiles,
-                                                                             k_split, kColumns, kWarpsK)));
   ExpertGemmArgs routed = args;
   GemvWork w;
   if (args.route_logits) {  // FC2 too reads the logits before its wait: FC1 waited on their writer
-    if (kFc1 && first_cta) {  // FC2's un-permute counters, which FC2 counts in only after its wait
-      for (int i = threadIdx.x; i < args.route.schedule_words; i += blockDim.x) args.route.schedule[i] = 0;
-    }
-    // FC2's first CTA writes the routing for the caller: it starts while FC1 streams.
-    w = route_small_batch_in_cta(routed, small, blockIdx.y, !kFc1 && first_cta, blockIdx.z, k_split);
+    const int own_bytes = gemv_smem_bytes(kTokens, args.staged_rows, args.k_tiles, k_split, kColumns, kWarpsK);
+    // FC2's first CTA writes the routing for the un-permute: it starts while FC1 streams.
+    const bool writes = !kFc1 && blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0;
+    w = route_small_batch_in_cta(routed, dynamic_smem() + small_route_offset(own_bytes), blockIdx.y, writes,
+                                 blockIdx.z, k_split);
   } else {
     w = gemv_work(args, blockIdx.y, blockIdx.z, k_split);
   }
@@ -177,7 +158,6 @@ __global__ void __launch_bounds__(kColumns * kWarpsK * 32, (kGemvMinBlocks<kColu
       allow_dependent_grids();
     }
   });
-  if (!kFc1 && args.route_logits) unpermute_group_if_last<kColumns>(args, small, blockIdx.x, k_split);
 }
 
 }  // namespace mxmoe::kernels

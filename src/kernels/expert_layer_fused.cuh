@@ -21,6 +21,14 @@
 
 namespace mxmoe::kernels {
 
+// Counts one item done once every store of the CTA is visible device-wide. Thread 0 gets the
+// count before its addition.
+__device__ __forceinline__ int count_item_done(int* counter) {
+  __threadfence();
+  __syncthreads();
+  return threadIdx.x == 0 ? atomicAdd(counter, 1) : 0;
+}
+
 // Thread 0 waits until `counter` reaches `target`; then the whole CTA may read what the counted
 // items wrote (through L2).
 __device__ __forceinline__ void wait_for_count(const int* counter, int target) {
@@ -34,6 +42,23 @@ __device__ __forceinline__ void wait_for_count(const int* counter, int target) {
     __threadfence();
   }
   __syncthreads();
+}
+
+// out[t][row] = sum over slots s of w(t, s) * y[row(t, s)][row] for rows [row_begin, row_end) of
+// every token, slots in order, as unpermute_kernel sums them (the fused layer gives its bits).
+__device__ __forceinline__ void unpermute_rows(const FusedLayerArgs& a, int row_begin, int row_end) {
+  const auto* y = static_cast<const float*>(a.fc2.output);
+  auto* out = static_cast<unsigned short*>(a.out);
+  const int hidden = a.fc2.rows, top_k = a.fc2.top_k, rows = row_end - row_begin;
+  for (int i = threadIdx.x; i < a.num_tokens * rows; i += blockDim.x) {
+    const int token = i / rows, row = row_begin + i % rows;
+    float acc = 0.0f;
+    for (int s = 0; s < top_k; ++s) {
+      const int pair = token * top_k + s;
+      acc += a.topk_weights[pair] * __ldcg(y + static_cast<long long>(a.pair_rows[pair]) * hidden + row);
+    }
+    out[static_cast<long long>(token) * hidden + row] = float_to_bf16_bits(acc);
+  }
 }
 
 // Where a ticket's item lies: FC1 items [0, fc1_items), then FC2 items up to `items`, each
@@ -114,9 +139,7 @@ __global__ void __launch_bounds__(kColumns * kWarpsK * 32, (kGemvMinBlocks<kColu
     if (!control.last_of_group) continue;
     __threadfence();
     const int row_begin = done.group * kColumns * kRecordRows;
-    unpermute_rows(static_cast<const float*>(args.fc2.output), 0, 1, args.topk_weights, args.pair_rows, args.num_tokens,
-                   args.fc2.top_k, args.fc2.rows, static_cast<unsigned short*>(args.out), row_begin,
-                   min(args.fc2.rows, row_begin + kColumns * kRecordRows));
+    unpermute_rows(args, row_begin, min(args.fc2.rows, row_begin + kColumns * kRecordRows));
   }
 }
 

@@ -151,9 +151,8 @@ void MoeRunner::Impl::run(const __nv_bfloat16* x, const float* logits, __nv_bflo
   const int pairs = num_tokens * shape.top_k;
   const long long split_stride = static_cast<long long>(pairs) * shape.hidden;
 
-  // A small batch under a GEMV plan is routed inside FC1 and FC2 and un-permuted by FC2
-  // (expert_gemm_args.hpp): no routing or un-permute launch, so stopping after the routing
-  // launches nothing, and stopping after FC2 runs the whole layer.
+  // A small batch under a GEMV plan is routed inside FC1 and FC2 (expert_gemm.cuh): no routing
+  // launch, so stopping after the routing launches nothing.
   const bool self_routed = routes_in_expert_kernels(plan, num_tokens, shape.top_k);
   if (!self_routed) launch_routing(logits, num_tokens, shape.num_experts, shape.top_k, route, stream);
   if (last == ForwardPart::kRouting) return;
@@ -169,11 +168,11 @@ void MoeRunner::Impl::run(const __nv_bfloat16* x, const float* logits, __nv_bflo
   kernels::ExpertGemmArgs fc1{fc1_records, fc1_bias, x, route.sorted_pairs, shape.top_k,
                               shape.fc1_rows(), shape.hidden, fc1_geometry.k_tiles(), shape.num_experts,
                               route.expert_offsets, route.active_experts, tile_offsets(plan.fc1), activation, 0, 0,
-                              route_logits, num_tokens, route, nullptr};
+                              route_logits, num_tokens, route};
   kernels::ExpertGemmArgs fc2{fc2_records, fc2_bias, activation, route.sorted_pairs, shape.top_k,
                               shape.hidden, shape.intermediate, fc2_geometry.k_tiles(), shape.num_experts,
                               route.expert_offsets, route.active_experts, tile_offsets(plan.fc2), expert_out,
-                              split_stride, 0, route_logits, num_tokens, route, out};
+                              split_stride, 0, route_logits, num_tokens, route};
   if (plan.fused()) {  // one launch from here on: stopping after FC1 or FC2 runs it whole
     const kernels::FusedLayerArgs fused{fc1, fc2, route.topk_weights, route.pair_rows, num_tokens, out, route.schedule};
     launch_fused_layer(plan.fc1, fused, pairs, stream);
@@ -182,7 +181,7 @@ void MoeRunner::Impl::run(const __nv_bfloat16* x, const float* logits, __nv_bflo
   launch_expert_gemm(Stage::kFc1, plan.fc1, fc1, pairs, stream);
   if (last == ForwardPart::kFc1) return;
   launch_expert_gemm(Stage::kFc2, plan.fc2, fc2, pairs, stream);
-  if (last == ForwardPart::kFc2 || self_routed) return;
+  if (last == ForwardPart::kFc2) return;
   launch_unpermute(expert_out, split_stride, plan.fc2.k_split, shape.hidden, shape.top_k, num_tokens, route, out,
                    stream);
 }

@@ -60,10 +60,10 @@ struct Row {
   double heuristic_us = 0;  // --compare: the heuristic plan's time (0 when not measured)
   // --breakdown: in-graph time of each stage (prefix differences), 0 when not measured
   // A fused plan has one stage after the routing (FC1 + FC2 + un-permute): in fc1_us, the rest 0.
-  // A small batch under a GEMV plan (routes_in_expert_kernels) has no routing or un-permute stage:
-  // its routing time is in fc1_us, its un-permute's in fc2_us, and routing_us = unpermute_us = 0.
+  // A batch that routes itself in FC1 and FC2 (routes_in_expert_kernels) has no routing stage: its
+  // routing time is in fc1_us, and routing_us is 0.
   double routing_us = 0, fc1_us = 0, fc2_us = 0, unpermute_us = 0;
-  bool fused = false, self_routed = false;
+  bool fused = false, routing_in_fc1 = false;
 };
 
 Row bench_tokens(const std::string& model, LayerRotation& rotation, int tokens, int replays, bool skewed,
@@ -92,13 +92,12 @@ Row bench_tokens(const std::string& model, LayerRotation& rotation, int tokens, 
   if (breakdown) {
     // The same rotation stopped after each stage: differences of graph times are the stages'
     // costs in place, launch gaps and overlap included.
-    row.self_routed = routes_in_expert_kernels(plan, tokens, shape.top_k);
+    row.routing_in_fc1 = routes_in_expert_kernels(plan, tokens, shape.top_k);
     const double routing =
-        row.self_routed ? 0.0 : rotation.time(&plan, replays, 1e30, ForwardPart::kRouting).median_us;
+        row.routing_in_fc1 ? 0.0 : rotation.time(&plan, replays, 1e30, ForwardPart::kRouting).median_us;
     row.fused = plan.fused();
     const double fc1 = row.fused ? row.us_median : rotation.time(&plan, replays, 1e30, ForwardPart::kFc1).median_us;
-    const double fc2 = row.fused || row.self_routed ? row.us_median
-                                                    : rotation.time(&plan, replays, 1e30, ForwardPart::kFc2).median_us;
+    const double fc2 = row.fused ? row.us_median : rotation.time(&plan, replays, 1e30, ForwardPart::kFc2).median_us;
     row.routing_us = routing;
     row.fc1_us = fc1 - routing;
     row.fc2_us = fc2 - fc1;
@@ -134,7 +133,7 @@ void print_breakdown(const std::vector<Row>& rows, const Ceilings& c) {
   if (std::none_of(rows.begin(), rows.end(), [](const Row& r) { return r.fc1_us > 0; })) return;
   std::printf("\nbreakdown (in-graph, per layer): stage us, and for FC1/FC2 the touched experts' bytes over the stage's time;\n"
               "a fused plan's FC1 column is its one launch (FC1 + FC2 + un-permute) over both stages' bytes;\n"
-              "'in FC1' / 'in FC2': a small batch under a GEMV plan, routed by FC1 and FC2 and un-permuted by FC2\n");
+              "routing 'in FC1': a small batch under a GEMV plan, routed by FC1 and FC2 themselves\n");
   std::printf("%-13s %5s %9s %9s %14s %14s %10s %9s %7s\n", "model", "T", "routing", "FC1", "FC1 TB/s", "FC2 TB/s", "FC2",
               "unpermute", "floor");
   for (const auto& r : rows) {
@@ -146,14 +145,11 @@ void print_breakdown(const std::vector<Row>& rows, const Ceilings& c) {
                   r.bytes / (c.read_gbs * 1e3));
       continue;
     }
-    char routing[16] = "in FC1", unpermute[16] = "in FC2";
-    if (!r.self_routed) {
-      std::snprintf(routing, sizeof(routing), "%.1f", r.routing_us);
-      std::snprintf(unpermute, sizeof(unpermute), "%.1f", r.unpermute_us);
-    }
-    std::printf("%-13s %5d %9s %9.1f %14.2f %14.2f %10.1f %9s %7.1f\n", r.model.c_str(), r.tokens, routing, r.fc1_us,
-                fc1_bytes / (r.fc1_us * 1e-6) / 1e12, fc2_bytes / (r.fc2_us * 1e-6) / 1e12, r.fc2_us, unpermute,
-                r.bytes / (c.read_gbs * 1e3));
+    char routing[16] = "in FC1";
+    if (!r.routing_in_fc1) std::snprintf(routing, sizeof(routing), "%.1f", r.routing_us);
+    std::printf("%-13s %5d %9s %9.1f %14.2f %14.2f %10.1f %9.1f %7.1f\n", r.model.c_str(), r.tokens, routing,
+                r.fc1_us, fc1_bytes / (r.fc1_us * 1e-6) / 1e12, fc2_bytes / (r.fc2_us * 1e-6) / 1e12, r.fc2_us,
+                r.unpermute_us, r.bytes / (c.read_gbs * 1e3));
   }
 }
 
@@ -184,7 +180,7 @@ void write_json(const std::string& path, const std::vector<Row>& rows, const Cei
                             {"moe_tokens_per_s", r.tokens_per_s}, {"heuristic_us", r.heuristic_us},
                             {"routing_us", r.routing_us}, {"fc1_us", r.fc1_us}, {"fc2_us", r.fc2_us},
                             {"unpermute_us", r.unpermute_us}, {"fused", r.fused},
-                            {"self_routed", r.self_routed}});
+                            {"routing_in_fc1", r.routing_in_fc1}});
   }
   std::ofstream out(path);
   out << json.dump(2) << "\n";
