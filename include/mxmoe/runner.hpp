@@ -30,6 +30,9 @@ struct RoutingView {
 // How far forward() goes: the whole layer, or (for measuring the stages inside a graph) the stages
 // up to and including one; a forward that stops early leaves `out` unwritten. A fused plan runs
 // FC1, FC2 and the un-permute as one launch, so stopping after FC1 or FC2 runs the whole layer.
+// A small batch under a GEMV plan (routes_in_expert_kernels) is routed inside FC1 and FC2, so
+// stopping after the routing launches nothing and leaves the routing buffers unwritten; they are
+// written by the time FC2 ends.
 enum class ForwardPart { kRouting, kFc1, kFc2, kAll };
 
 class MoeRunner {
