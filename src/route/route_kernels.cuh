@@ -106,10 +106,14 @@ __host__ __device__ inline int permute_fixed_smem(int num_experts, int smem_pair
   return 4 * (2 * num_experts + 1) + 8 * smem_pairs;
 }
 
-// Segments (warps) of the pair list whose per-expert histograms fit the shared-memory budget.
-__host__ __device__ inline int permute_segments(int num_experts, int smem_pairs) {
+// Segments (warps) of the pair list: no more than 32-pair chunks (a segment's histogram is one
+// match.any step per chunk, and every expert's scan over segments walks them all), and no more
+// than fit the shared-memory budget.
+__host__ __device__ inline int permute_segments(int num_experts, int num_pairs, int smem_pairs) {
   const int fit = (kPermuteSmemBytes - permute_fixed_smem(num_experts, smem_pairs)) / (4 * num_experts);
-  return fit < 1 ? 1 : (fit > kPermuteThreads / 32 ? kPermuteThreads / 32 : fit);
+  const int chunks = (num_pairs + 31) / 32;
+  const int most = chunks < kPermuteThreads / 32 ? chunks : kPermuteThreads / 32;
+  return fit < 1 ? 1 : (fit > most ? most : fit);
 }
 
 // The expert-sorted permutation, in one CTA; with `logits` it first selects every token's experts
@@ -129,7 +133,7 @@ __global__ void __launch_bounds__(kPermuteThreads)
   allow_dependent_grids();
   const int num_pairs = num_tokens * top_k;
   const bool fused = logits != nullptr;
-  const int segments = permute_segments(num_experts, fused ? num_pairs : 0);
+  const int segments = permute_segments(num_experts, num_pairs, fused ? num_pairs : 0);
   int* hist = smem;                                 // [segments][E]
   int* offsets = smem + segments * num_experts;     // [E + 1]
   int* counts = offsets + num_experts + 1;          // [E]

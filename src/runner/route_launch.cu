@@ -44,7 +44,7 @@ void launch_routing(const float* logits, int num_tokens, int num_experts, int to
   }
   void* args[] = {&fused_logits, &num_tokens, &num_experts, &top_k, &r};
   const int smem_pairs = fused_logits ? num_tokens * top_k : 0;
-  const int smem = kernels::permute_segments(num_experts, smem_pairs) * num_experts * 4 +
+  const int smem = kernels::permute_segments(num_experts, num_tokens * top_k, smem_pairs) * num_experts * 4 +
                    kernels::permute_fixed_smem(num_experts, smem_pairs);
   // A fused small batch takes the one-warp path: one warp per token for the top-k.
   const bool small = fused_logits && num_tokens * top_k <= kernels::kSmallBatchPairs;
