@@ -127,7 +127,7 @@ __device__ __forceinline__ GemvWork route_small_batch_in_cta(ExpertGemmArgs& arg
   for (int token = warp; token < args.num_tokens; token += warps) {
     select_token_experts(args.route_logits, token, args.num_experts, args.top_k, pair_experts, pair_weights);
   }
-  if (threadIdx.x == 0) mine[0] = -1;
+  if (threadIdx.x == 0) mine[0] = -1, mine[1] = mine[2] = 0;  // no expert, unless warp 0 finds one
   __syncthreads();
   if (warp == 0) {
     const unsigned lanes_below = (1u << lane) - 1u;

@@ -35,8 +35,9 @@ long long resident_ctas(const void* kernel, int threads, int smem, const std::st
 void launch_expert_gemm(Stage stage, const Tactic& tactic, const kernels::ExpertGemmArgs& args, int num_pairs,
                         cudaStream_t stream) {
   const ExpertKernels& k = expert_kernels(tactic);
-  if (args.route_logits && tactic.family != KernelFamily::kGemv) {
-    throw Error("internal: " + tactic.name() + " cannot route a batch itself (only GEMV tactics do)");
+  if (args.route_logits && (tactic.family != KernelFamily::kGemv || num_pairs > kernels::kSmallBatchPairs)) {
+    throw Error("internal: " + tactic.name() + " cannot route " + std::to_string(num_pairs) +
+                " pairs itself (only GEMV tactics do, up to " + std::to_string(kernels::kSmallBatchPairs) + ")");
   }
   kernels::ExpertGemmArgs a = args;
   a.staged_rows = std::min(tactic.tile_tokens, num_pairs / args.top_k);  // an expert gets a token at most once

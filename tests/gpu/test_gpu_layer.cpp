@@ -168,6 +168,9 @@ std::vector<LayerCase> layer_cases() {
     cases.push_back({"gpt_oss_120b", model_shape("gpt-oss-120b"), t});
   }
   for (int t : {1, 7, 33}) cases.push_back({"odd_E5_k3_H96_I160", MoeShape{5, 3, 96, 160, 1}, t});
+  // More experts than a warp's lanes hold logits for in registers (8 per lane): the top-k rereads
+  // the rest.
+  for (int t : {1, 9}) cases.push_back({"many_E300_k4_H64_I96", MoeShape{300, 4, 64, 96, 1}, t});
   return cases;
 }
 
@@ -197,6 +200,32 @@ TEST_P(GpuSkewed, AllTokensOnOneExpert) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Tokens, GpuSkewed, ::testing::Values(1, 9, 100, 512));
+
+// Logits full of ties: a few values (+0 and -0 among them, which tie), NaN and -inf (which rank
+// below every number and tie with each other), so that most picks are decided by the lower-expert
+// rule. Small batches route in the expert kernels, in the routing kernel's one-warp path (a fused
+// plan), and larger ones in its general path.
+TEST(GpuLayerRouting, TiesNanAndSignedZerosRankAsTheReference) {
+  MXMOE_REQUIRE_GPU();
+  const MoeShape shape = model_shape("gpt-oss-20b");
+  const auto& layer = test::test_layer(shape, 17);
+  const float values[] = {1.0f, 0.5f, 0.0f, -0.0f, -0.5f, NAN, -INFINITY};
+  const Tactic fused = parse_tactic("fused.r128x8.w8x1.u2.k1");
+  const LayerPlan fused_plan{fused, fused};
+  for (int tokens : {1, 5, 8, 40}) {
+    SplitMix64 rng(600 + tokens);
+    std::vector<float> logits(static_cast<size_t>(tokens) * shape.num_experts);
+    for (auto& v : logits) v = values[rng.below(std::size(values))];
+    const std::vector<Bf16> x = make_activations(tokens, shape.hidden, 700 + tokens);
+    const ReferenceResult ref = reference_forward_from_logits(layer.weights, x, tokens, logits);
+    for (const LayerPlan* plan : {static_cast<const LayerPlan*>(nullptr), &fused_plan}) {
+      const std::string what = "T=" + std::to_string(tokens) + (plan ? " fused" : " heuristic");
+      const GpuResult g = run_gpu(*layer.runner, x, tokens, &logits, plan);
+      expect_routing(g, ref.routing, shape.num_experts, what);
+      expect_close(g.out, ref.out, what);
+    }
+  }
+}
 
 TEST(GpuLayerRouter, LogitsFromTheRouterWeights) {
   MXMOE_REQUIRE_GPU();
