@@ -30,7 +30,7 @@ struct RoutingView {
 // How far forward() goes: the whole layer, or (for measuring the stages inside a graph) the stages
 // up to and including one; a forward that stops early leaves `out` unwritten. A fused plan runs
 // FC1, FC2 and the un-permute as one launch, so stopping after FC1 or FC2 runs the whole layer.
-// A small batch under a GEMV plan (routes_in_expert_kernels) is routed inside FC1 and FC2, so
+// A small batch for which MoeRunner::routes_in_expert_kernels holds is routed inside FC1 and FC2, so
 // stopping after the routing launches nothing and leaves the routing buffers unwritten; they are
 // written by the time FC2 ends.
 enum class ForwardPart { kRouting, kFc1, kFc2, kAll };
@@ -71,6 +71,11 @@ class MoeRunner {
                cudaStream_t stream, const LayerPlan* plan = nullptr) const;
 
   RoutingView routing(void* workspace, int num_tokens) const;
+
+  // Whether forward() of `num_tokens` tokens under `plan` runs with no routing launch, FC1 and FC2
+  // routing the batch themselves: a batch that can (can_route_in_expert_kernels) and whose FC1 grid
+  // is resident at once on this device. Host-only; loads the plan's FC1 kernels to ask.
+  bool routes_in_expert_kernels(const LayerPlan& plan, int num_tokens) const;
 
  private:
   struct Impl;

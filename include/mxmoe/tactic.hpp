@@ -45,10 +45,10 @@ struct LayerPlan {
   bool fused() const { return fc1.family == KernelFamily::kFused; }
 };
 
-// Whether a layer of `num_tokens` tokens at top-k `top_k` runs with no routing launch, its expert
-// kernels routing the batch themselves: a plan of two GEMV tactics and a batch small enough for
-// one warp to permute (32 pairs: T <= 8 at top-4).
-bool routes_in_expert_kernels(const LayerPlan& plan, int num_tokens, int top_k);
+// Whether a layer of `num_tokens` tokens at top-k `top_k` may run with no routing launch, its
+// expert kernels routing the batch themselves: a plan of two GEMV tactics and a batch small enough
+// for one warp to permute (32 pairs: T <= 8 at top-4). MoeRunner::routes_in_expert_kernels decides.
+bool can_route_in_expert_kernels(const LayerPlan& plan, int num_tokens, int top_k);
 
 inline constexpr int kMaxKSplit = 4;
 

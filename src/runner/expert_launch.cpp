@@ -30,41 +30,63 @@ long long resident_ctas(const void* kernel, int threads, int smem, const std::st
   return known.emplace(key, static_cast<long long>(per_sm) * sms).first->second;
 }
 
+// An expert-GEMM launch's arguments, grid and dynamic shared memory.
+struct ExpertLaunch {
+  kernels::ExpertGemmArgs args;
+  dim3 grid;
+  int smem = 0;
+};
+
+// `routes_itself`: the kernel routes a small batch itself (args.route_logits), which takes shared memory.
+ExpertLaunch expert_launch(const Tactic& tactic, const kernels::ExpertGemmArgs& args, int num_pairs, bool routes_itself) {
+  if (routes_itself && (tactic.family != KernelFamily::kGemv || num_pairs > kernels::kSmallBatchPairs)) {
+    throw Error("internal: " + tactic.name() + " cannot route " + std::to_string(num_pairs) +
+                " pairs itself (only GEMV tactics do, up to " + std::to_string(kernels::kSmallBatchPairs) + ")");
+  }
+  ExpertLaunch l{args, {}, 0};
+  kernels::ExpertGemmArgs& a = l.args;
+  a.staged_rows = std::min(tactic.tile_tokens, num_pairs / args.top_k);  // an expert gets a token at most once
+  const int k_split = tactic.k_split;
+  const unsigned max_active = static_cast<unsigned>(std::min(args.num_experts, num_pairs));
+  const unsigned row_tiles = static_cast<unsigned>(args.rows / 16);
+  if (tactic.family == KernelFamily::kGemvRing) {
+    const unsigned columns = static_cast<unsigned>(tactic.warps_rows);
+    l.grid = dim3((row_tiles + columns - 1) / columns, max_active, static_cast<unsigned>(k_split));
+    l.smem = kernels::ring_smem_bytes(tactic.tile_tokens, a.staged_rows, args.k_tiles, k_split, tactic.warps_rows,
+                                      tactic.stages);
+  } else if (tactic.family == KernelFamily::kGemv) {
+    const unsigned columns = static_cast<unsigned>(tactic.warps_rows);
+    l.grid = dim3((row_tiles + columns - 1) / columns, max_active, static_cast<unsigned>(k_split));
+    l.smem = kernels::gemv_smem_bytes(tactic.tile_tokens, a.staged_rows, args.k_tiles, k_split, tactic.warps_rows,
+                                      tactic.warps_tokens);
+    if (routes_itself) l.smem = kernels::small_route_offset(l.smem) + kernels::small_route_bytes(args.num_experts);
+  } else {
+    l.grid = dim3(static_cast<unsigned>(num_pairs / tactic.tile_tokens) + max_active,
+                  static_cast<unsigned>((args.rows + tactic.tile_rows - 1) / tactic.tile_rows),
+                  static_cast<unsigned>(k_split));
+    l.smem = kernels::mma_tile_smem_bytes(tactic.tile_rows, tactic.tile_tokens, tactic.stages);
+  }
+  return l;
+}
+
 }  // namespace
+
+bool expert_gemm_routing_itself_fits_one_wave(Stage stage, const Tactic& tactic, const kernels::ExpertGemmArgs& args,
+                                              int num_pairs) {
+  const ExpertKernels& k = expert_kernels(tactic);
+  const ExpertLaunch l = expert_launch(tactic, args, num_pairs, true);
+  const long long ctas = static_cast<long long>(l.grid.x) * l.grid.y * l.grid.z;
+  return ctas <= resident_ctas(stage == Stage::kFc1 ? k.fc1 : k.fc2, 32 * tactic.warps(), l.smem, tactic.name());
+}
 
 void launch_expert_gemm(Stage stage, const Tactic& tactic, const kernels::ExpertGemmArgs& args, int num_pairs,
                         cudaStream_t stream) {
   const ExpertKernels& k = expert_kernels(tactic);
-  if (args.route_logits && (tactic.family != KernelFamily::kGemv || num_pairs > kernels::kSmallBatchPairs)) {
-    throw Error("internal: " + tactic.name() + " cannot route " + std::to_string(num_pairs) +
-                " pairs itself (only GEMV tactics do, up to " + std::to_string(kernels::kSmallBatchPairs) + ")");
-  }
-  kernels::ExpertGemmArgs a = args;
-  a.staged_rows = std::min(tactic.tile_tokens, num_pairs / args.top_k);  // an expert gets a token at most once
+  ExpertLaunch l = expert_launch(tactic, args, num_pairs, args.route_logits != nullptr);
   int k_split = tactic.k_split;
-  void* params[] = {&a, &k_split};
-  const unsigned max_active = static_cast<unsigned>(std::min(args.num_experts, num_pairs));
-  const unsigned row_tiles = static_cast<unsigned>(args.rows / 16);
-  dim3 grid;
-  int smem = 0;
-  if (tactic.family == KernelFamily::kGemvRing) {
-    const unsigned columns = static_cast<unsigned>(tactic.warps_rows);
-    grid = dim3((row_tiles + columns - 1) / columns, max_active, static_cast<unsigned>(k_split));
-    smem = kernels::ring_smem_bytes(tactic.tile_tokens, a.staged_rows, args.k_tiles, k_split, tactic.warps_rows,
-                                    tactic.stages);
-  } else if (tactic.family == KernelFamily::kGemv) {
-    const unsigned columns = static_cast<unsigned>(tactic.warps_rows);
-    grid = dim3((row_tiles + columns - 1) / columns, max_active, static_cast<unsigned>(k_split));
-    smem = kernels::gemv_smem_bytes(tactic.tile_tokens, a.staged_rows, args.k_tiles, k_split, tactic.warps_rows,
-                                    tactic.warps_tokens);
-    if (args.route_logits) smem = kernels::small_route_offset(smem) + kernels::small_route_bytes(args.num_experts);
-  } else {
-    grid = dim3(static_cast<unsigned>(num_pairs / tactic.tile_tokens) + max_active,
-                static_cast<unsigned>((args.rows + tactic.tile_rows - 1) / tactic.tile_rows), static_cast<unsigned>(k_split));
-    smem = kernels::mma_tile_smem_bytes(tactic.tile_rows, tactic.tile_tokens, tactic.stages);
-  }
-  launch_programmatic(stage == Stage::kFc1 ? k.fc1 : k.fc2, grid, dim3(32 * tactic.warps()), params,
-                      static_cast<size_t>(smem), stream,
+  void* params[] = {&l.args, &k_split};
+  launch_programmatic(stage == Stage::kFc1 ? k.fc1 : k.fc2, l.grid, dim3(32 * tactic.warps()), params,
+                      static_cast<size_t>(l.smem), stream,
                       std::string(stage == Stage::kFc1 ? "FC1 " : "FC2 ") + tactic.name() + " launch");
 }
 

@@ -56,6 +56,7 @@ struct MoeRunner::Impl {
 
   void run(const __nv_bfloat16* x, const float* logits, __nv_bfloat16* out, int num_tokens, void* workspace,
            cudaStream_t stream, const LayerPlan& plan, ForwardPart last = ForwardPart::kAll) const;
+  bool routes_in_expert_kernels(const LayerPlan& plan, int num_tokens) const;
 };
 
 MoeRunner::MoeRunner(const MoeLayerWeights& weights) : impl_(std::make_unique<Impl>()) {
@@ -143,6 +144,21 @@ void MoeRunner::prepare(int max_tokens) const {
   }
 }
 
+bool MoeRunner::Impl::routes_in_expert_kernels(const LayerPlan& plan, int num_tokens) const {
+  if (!can_route_in_expert_kernels(plan, num_tokens, shape.top_k)) return false;
+  kernels::ExpertGemmArgs fc1{};  // the launch shape's fields
+  fc1.top_k = shape.top_k;
+  fc1.rows = shape.fc1_rows();
+  fc1.k = shape.hidden;
+  fc1.k_tiles = fc1_geometry.k_tiles();
+  fc1.num_experts = shape.num_experts;
+  return expert_gemm_routing_itself_fits_one_wave(Stage::kFc1, plan.fc1, fc1, num_tokens * shape.top_k);
+}
+
+bool MoeRunner::routes_in_expert_kernels(const LayerPlan& plan, int num_tokens) const {
+  return impl_->routes_in_expert_kernels(plan, num_tokens);
+}
+
 void MoeRunner::Impl::run(const __nv_bfloat16* x, const float* logits, __nv_bfloat16* out, int num_tokens,
                           void* workspace, cudaStream_t stream, const LayerPlan& plan, ForwardPart last) const {
   const WorkspaceLayout layout = WorkspaceLayout::of(shape, num_tokens);
@@ -151,9 +167,9 @@ void MoeRunner::Impl::run(const __nv_bfloat16* x, const float* logits, __nv_bflo
   const int pairs = num_tokens * shape.top_k;
   const long long split_stride = static_cast<long long>(pairs) * shape.hidden;
 
-  // A small batch under a GEMV plan is routed inside FC1 and FC2 (expert_gemm.cuh): no routing
-  // launch, so stopping after the routing launches nothing.
-  const bool self_routed = routes_in_expert_kernels(plan, num_tokens, shape.top_k);
+  // A small batch under a GEMV plan whose FC1 fits one wave is routed inside FC1 and FC2
+  // (expert_gemm.cuh): no routing launch, so stopping after the routing launches nothing.
+  const bool self_routed = routes_in_expert_kernels(plan, num_tokens);
   if (!self_routed) launch_routing(logits, num_tokens, shape.num_experts, shape.top_k, route, stream);
   if (last == ForwardPart::kRouting) return;
 

@@ -90,7 +90,7 @@ Tactic parse_tactic(std::string_view name) {
   return t;
 }
 
-bool routes_in_expert_kernels(const LayerPlan& plan, int num_tokens, int top_k) {
+bool can_route_in_expert_kernels(const LayerPlan& plan, int num_tokens, int top_k) {
   return plan.fc1.family == KernelFamily::kGemv && plan.fc2.family == KernelFamily::kGemv &&
          num_tokens * top_k <= kernels::kSmallBatchPairs;
 }

@@ -109,21 +109,21 @@ TEST(ValidatePlan, FusedTacticIsTheWholeLayer) {
   EXPECT_THROW(validate_plan(shape, {fused, parse_tactic("fused.r128x8.w8x1.u2.k1")}, sm90), Error);
 }
 
-// A small batch under two GEMV tactics is routed by the expert kernels themselves (no routing
+// A small batch under two GEMV tactics may be routed by the expert kernels themselves (no routing
 // launch): up to 32 pairs, whatever the K split; never under another family.
-TEST(RoutesInExpertKernels, SmallBatchUnderGemvPlansOnly) {
+TEST(CanRouteInExpertKernels, SmallBatchUnderGemvPlansOnly) {
   const Tactic gemv = parse_tactic("gemv.r64x8.w4x2.u2.k1"), split = parse_tactic("gemv.r32x8.w2x4.u2.k3");
   const Tactic fused = parse_tactic("fused.r128x8.w8x1.u2.k1"), ring = parse_tactic("ring.r64x8.w4.s6.k1");
   const Tactic tiled = parse_tactic("mma.r128x16.w4x1.s4.k1");
   for (int tokens : {1, 5, 8}) {
-    EXPECT_TRUE(routes_in_expert_kernels({gemv, split}, tokens, 4)) << tokens;
-    EXPECT_FALSE(routes_in_expert_kernels({fused, fused}, tokens, 4)) << tokens;
-    EXPECT_FALSE(routes_in_expert_kernels({gemv, ring}, tokens, 4)) << tokens;
-    EXPECT_FALSE(routes_in_expert_kernels({tiled, gemv}, tokens, 4)) << tokens;
+    EXPECT_TRUE(can_route_in_expert_kernels({gemv, split}, tokens, 4)) << tokens;
+    EXPECT_FALSE(can_route_in_expert_kernels({fused, fused}, tokens, 4)) << tokens;
+    EXPECT_FALSE(can_route_in_expert_kernels({gemv, ring}, tokens, 4)) << tokens;
+    EXPECT_FALSE(can_route_in_expert_kernels({tiled, gemv}, tokens, 4)) << tokens;
   }
-  EXPECT_FALSE(routes_in_expert_kernels({gemv, gemv}, 9, 4));
-  EXPECT_TRUE(routes_in_expert_kernels({gemv, gemv}, 10, 3));
-  EXPECT_FALSE(routes_in_expert_kernels({gemv, gemv}, 11, 3));
+  EXPECT_FALSE(can_route_in_expert_kernels({gemv, gemv}, 9, 4));
+  EXPECT_TRUE(can_route_in_expert_kernels({gemv, gemv}, 10, 3));
+  EXPECT_FALSE(can_route_in_expert_kernels({gemv, gemv}, 11, 3));
 }
 
 struct Pin {

@@ -227,6 +227,19 @@ TEST(GpuLayerRouting, TiesNanAndSignedZerosRankAsTheReference) {
   }
 }
 
+// A small batch routes itself in the expert kernels when its FC1 grid is resident at once, and the
+// routing kernel runs otherwise; the layer tests above run both ways (every tactic at T = 1-8).
+TEST(GpuLayerRouting, SelfRoutedOnlyWhenFc1FitsOneWave) {
+  MXMOE_REQUIRE_GPU();
+  const auto& layer = test::test_layer(model_shape("gpt-oss-20b"), 17);
+  const Tactic gemv = parse_tactic("gemv.r128x8.w8x1.u2.k1");  // 45 CTAs per expert slot, 3 per SM
+  const Tactic fused = parse_tactic("fused.r128x8.w8x1.u2.k1");
+  EXPECT_TRUE(layer.runner->routes_in_expert_kernels({gemv, gemv}, 1));   // 4 slots: 180 CTAs
+  EXPECT_FALSE(layer.runner->routes_in_expert_kernels({gemv, gemv}, 8));  // 32 slots: 1440 CTAs
+  EXPECT_FALSE(layer.runner->routes_in_expert_kernels({gemv, gemv}, 9));  // 36 pairs
+  EXPECT_FALSE(layer.runner->routes_in_expert_kernels({fused, fused}, 1));
+}
+
 TEST(GpuLayerRouter, LogitsFromTheRouterWeights) {
   MXMOE_REQUIRE_GPU();
   for (int tokens : {1, 5, 64, 300}) {

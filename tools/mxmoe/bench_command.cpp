@@ -60,8 +60,8 @@ struct Row {
   double heuristic_us = 0;  // --compare: the heuristic plan's time (0 when not measured)
   // --breakdown: in-graph time of each stage (prefix differences), 0 when not measured
   // A fused plan has one stage after the routing (FC1 + FC2 + un-permute): in fc1_us, the rest 0.
-  // A batch that routes itself in FC1 and FC2 (routes_in_expert_kernels) has no routing stage: its
-  // routing time is in fc1_us, and routing_us is 0.
+  // A batch that routes itself in FC1 and FC2 (MoeRunner::routes_in_expert_kernels) has no routing
+  // stage: its routing time is in fc1_us, and routing_us is 0.
   double routing_us = 0, fc1_us = 0, fc2_us = 0, unpermute_us = 0;
   bool fused = false, routing_in_fc1 = false;
 };
@@ -92,7 +92,7 @@ Row bench_tokens(const std::string& model, LayerRotation& rotation, int tokens, 
   if (breakdown) {
     // The same rotation stopped after each stage: differences of graph times are the stages'
     // costs in place, launch gaps and overlap included.
-    row.routing_in_fc1 = routes_in_expert_kernels(plan, tokens, shape.top_k);
+    row.routing_in_fc1 = rotation.runner().routes_in_expert_kernels(plan, tokens);
     const double routing =
         row.routing_in_fc1 ? 0.0 : rotation.time(&plan, replays, 1e30, ForwardPart::kRouting).median_us;
     row.fused = plan.fused();
