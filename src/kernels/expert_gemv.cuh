@@ -6,8 +6,8 @@
 //
 // The weight stream is a two-batch register pipeline: while batch i (kUnroll records) is
 // dequantised and multiplied, batch i + 1's loads are in flight, so a warp always has 16 kUnroll to
-// 32 kUnroll bytes per lane outstanding. The first two batches are issued before the activations
-// are staged, and FC2 issues them before waiting on FC1 (programmatic dependent launch): it needs only the
+// 32 kUnroll bytes per lane outstanding. The first batch is issued before the activations are
+// staged, and FC2 issues it before waiting on FC1 (programmatic dependent launch): it needs only the
 // routing, which is complete by the time FC2 starts (or which a small batch's CTAs compute
 // themselves from the logits, expert_gemm.cuh).
 //
@@ -83,20 +83,14 @@ __device__ __forceinline__ void gemv_columns(const ExpertGemmArgs& args, const G
   token_fragment_rows<kTokens>(b_rows, staging.rows, args.staged_rows, w.row_stride);
   auto* partial = reinterpret_cast<float*>(staging.end);  // [kWarpsK - 1][kColumns][32][acc]
 
-  // Both batches are issued before the staging (and FC2's wait): twice the bytes in flight while
-  // the CTA waits on those round trips.
   RecordBatch<kUnroll> batch_a, batch_b;
-  auto load_first_batches = [&] {
-    batch_a.load(column, first_record, end_record, streams, lane);
-    batch_b.load(column, first_record + kUnroll, end_record, streams, lane);
-  };
-  load_first_batches();
+  batch_a.load(column, first_record, end_record, streams, lane);
   inputs_ready();
   for (int pass = 0; pass < w.count; pass += kTokens) {
     const int tokens = min(kTokens, w.count - pass);
     if (pass > 0) {
       __syncthreads();  // the previous pass's MMAs and sums are done with the staged rows and `partial`
-      load_first_batches();
+      batch_a.load(column, first_record, end_record, streams, lane);
     }
     stage_token_rows(args, w, pass, tokens, staging.source_rows, staging.rows, fc1);
     __syncthreads();
@@ -104,10 +98,10 @@ __device__ __forceinline__ void gemv_columns(const ExpertGemmArgs& args, const G
     float acc[kTokens / 8][4] = {};
     if (streams) {
       for (int i = first_record; i < end_record; i += 2 * kUnroll) {
+        batch_b.load(column, i + kUnroll, end_record, true, lane);
         multiply_batch<kTokens>(acc, batch_a, i, end_record, b_rows);
         batch_a.load(column, i + 2 * kUnroll, end_record, true, lane);
         multiply_batch<kTokens>(acc, batch_b, i + kUnroll, end_record, b_rows);
-        batch_b.load(column, i + 3 * kUnroll, end_record, true, lane);
       }
     }
     if constexpr (kWarpsK > 1) {
