@@ -121,35 +121,16 @@ __device__ __forceinline__ GemvWork route_small_batch_in_cta(ExpertGemmArgs& arg
   int* pair_experts = reinterpret_cast<int*>(smem);
   float* pair_weights = reinterpret_cast<float*>(pair_experts + kSmallBatchPairs);
   int* sorted_pairs = pair_experts + 2 * kSmallBatchPairs;
-  int* mine = sorted_pairs + kSmallBatchPairs;  // the CTA's expert, first row, row count
-  int* counts = mine + 4;                       // [E], [E + 1]: the workspace writer's scratch
+  int* pair_rows = pair_experts + 3 * kSmallBatchPairs;
+  int* mine = pair_rows + kSmallBatchPairs;  // the CTA's expert, first row, row count; active experts
+  int* counts = mine + 4;                    // [E], [E + 1]: the workspace writer's scratch
   const int warp = threadIdx.x / 32, warps = blockDim.x / 32, lane = threadIdx.x % 32;
   for (int token = warp; token < args.num_tokens; token += warps) {
     select_token_experts(args.route_logits, token, args.num_experts, args.top_k, pair_experts, pair_weights);
   }
   if (threadIdx.x == 0) mine[0] = -1, mine[1] = mine[2] = 0;  // no expert, unless warp 0 finds one
   __syncthreads();
-  if (warp == 0) {
-    const unsigned lanes_below = (1u << lane) - 1u;
-    const int expert = lane < pairs ? pair_experts[lane] : -1;
-    const unsigned peers = __match_any_sync(0xffffffffu, expert);
-    const bool leads = expert >= 0 && (peers & lanes_below) == 0;
-    const unsigned leaders = __ballot_sync(0xffffffffu, leads);
-    int rows_before = 0, experts_before = 0;  // pairs, and distinct experts, below this pair's expert
-    for (int q = 0; q < pairs; ++q) {
-      const int other = __shfl_sync(0xffffffffu, expert, q);
-      if (other < expert) {
-        ++rows_before;
-        experts_before += (leaders >> q) & 1;
-      }
-    }
-    if (expert >= 0) sorted_pairs[rows_before + __popc(peers & lanes_below)] = lane;
-    if (leads && experts_before == slot) {
-      mine[0] = expert;
-      mine[1] = rows_before;
-      mine[2] = __popc(peers);
-    }
-  }
+  if (warp == 0) rank_small_batch(pair_experts, pairs, slot, pair_rows, sorted_pairs, mine);
   if (write_workspace && warp == warps - 1) {
     permute_small_batch(pair_experts, pairs, args.num_experts, counts, counts + args.num_experts, args.route);
     for (int i = lane; i < pairs; i += 32) args.route.topk_weights[i] = pair_weights[i];

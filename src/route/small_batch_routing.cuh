@@ -151,4 +151,39 @@ __device__ __forceinline__ void permute_small_batch(const int* pair_experts, int
   }
 }
 
+// Warp 0's part of a small batch's routing inside one CTA, after every pair's expert is in
+// `pair_experts` (shared): each pair's sorted row (pairs of lower experts, then of its own expert
+// from lower lanes) into pair_rows and, when given, sorted_pairs; when `mine` is given, the expert
+// of active slot `slot`, its first sorted row and its row count into mine[0..2] (left alone when
+// there is no such slot) and the number of active experts into mine[3]. 32 shuffles, no scan over
+// experts. Call with one whole warp.
+__device__ __forceinline__ void rank_small_batch(const int* pair_experts, int num_pairs, int slot, int* pair_rows,
+                                                 int* sorted_pairs, int* mine) {
+  const int lane = threadIdx.x % 32;
+  const unsigned lanes_below = (1u << lane) - 1u;
+  const int expert = lane < num_pairs ? pair_experts[lane] : -1;
+  const unsigned peers = __match_any_sync(0xffffffffu, expert);
+  const bool leads = expert >= 0 && (peers & lanes_below) == 0;
+  const unsigned leaders = __ballot_sync(0xffffffffu, leads);
+  int rows_before = 0, experts_before = 0;  // pairs, and distinct experts, below this pair's expert
+  for (int q = 0; q < num_pairs; ++q) {
+    const int other = __shfl_sync(0xffffffffu, expert, q);
+    if (other < expert) {
+      ++rows_before;
+      experts_before += (leaders >> q) & 1;
+    }
+  }
+  if (expert >= 0) {
+    const int row = rows_before + __popc(peers & lanes_below);
+    pair_rows[lane] = row;
+    if (sorted_pairs) sorted_pairs[row] = lane;
+  }
+  if (mine && leads && experts_before == slot) {
+    mine[0] = expert;
+    mine[1] = rows_before;
+    mine[2] = __popc(peers);
+  }
+  if (mine && lane == 0) mine[3] = __popc(leaders);
+}
+
 }  // namespace mxmoe::kernels

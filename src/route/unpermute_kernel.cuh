@@ -4,8 +4,7 @@
 
 #include <cuda_bf16.h>
 
-#include "kernels/device_utils.cuh"
-#include "route/route_buffers.hpp"
+#include "route/small_batch_routing.cuh"
 
 namespace mxmoe::kernels {
 
@@ -14,27 +13,49 @@ constexpr int kUnpermuteSlots = 32;     // slots whose rows and weights are stag
 // Grid: x = tokens, y = column blocks of 8 x kUnpermuteThreads.
 
 // Budget: reads top_k x splits fp32 rows of H per token, writes H bf16; bandwidth-bound, small
-// beside the expert weights at decode, where it is a latency term: the token's rows and weights
-// are staged first (one round trip), so that every slot's row loads can be in flight at once.
+// beside the expert weights at decode, where it is a latency term. The token's rows and weights
+// are staged before the wait on FC2 (the routing was complete before FC1 began), so that after it
+// every slot's row loads can be in flight at once. A small batch that routed itself in FC1 and FC2
+// (`route_logits` set) is routed again here, from the logits, also before the wait.
 __global__ void __launch_bounds__(kUnpermuteThreads)
     unpermute_kernel(const float* y, long long split_stride, int k_split, int hidden, int top_k, RouteBuffers route,
-                     __nv_bfloat16* out) {
+                     __nv_bfloat16* out, const float* route_logits, int num_tokens, int num_experts) {
   __shared__ int rows[kUnpermuteSlots];
   __shared__ float weights[kUnpermuteSlots];
-  wait_for_prerequisite_grids();  // FC2's partial outputs
-  allow_dependent_grids();
   const int token = blockIdx.x;
   const int column = 8 * (blockIdx.y * kUnpermuteThreads + threadIdx.x);
+  auto stage_slots = [&](const int* pair_rows, const float* pair_weights, int first, int slots) {
+    if (static_cast<int>(threadIdx.x) < slots) {
+      const int pair = token * top_k + first + threadIdx.x;
+      rows[threadIdx.x] = pair_rows[pair];
+      weights[threadIdx.x] = pair_weights[pair];
+    }
+  };
+  if (route_logits) {  // at most kSmallBatchPairs pairs, so one chunk of slots
+    __shared__ int pair_experts[kSmallBatchPairs], pair_rows[kSmallBatchPairs];
+    __shared__ float pair_weights[kSmallBatchPairs];
+    const int warp = threadIdx.x / 32;
+    for (int t = warp; t < num_tokens; t += kUnpermuteThreads / 32) {
+      select_token_experts(route_logits, t, num_experts, top_k, pair_experts, pair_weights);
+    }
+    __syncthreads();
+    if (warp == 0) rank_small_batch(pair_experts, num_tokens * top_k, -1, pair_rows, nullptr, nullptr);
+    __syncthreads();
+    stage_slots(pair_rows, pair_weights, 0, top_k);
+  } else {
+    stage_slots(route.pair_rows, route.topk_weights, 0, min(kUnpermuteSlots, top_k));
+  }
+  __syncthreads();
+  wait_for_prerequisite_grids();  // FC2's partial outputs
+  allow_dependent_grids();
   float acc[8] = {};
   for (int first = 0; first < top_k; first += kUnpermuteSlots) {
     const int slots = min(kUnpermuteSlots, top_k - first);
-    __syncthreads();  // the previous chunk's rows are read
-    if (static_cast<int>(threadIdx.x) < slots) {
-      const int pair = token * top_k + first + threadIdx.x;
-      rows[threadIdx.x] = route.pair_rows[pair];
-      weights[threadIdx.x] = route.topk_weights[pair];
+    if (first > 0) {
+      __syncthreads();  // the previous chunk's rows are read
+      stage_slots(route.pair_rows, route.topk_weights, first, slots);
+      __syncthreads();
     }
-    __syncthreads();
     if (column >= hidden) continue;
 #pragma unroll 4
     for (int slot = 0; slot < slots; ++slot) {

@@ -33,7 +33,10 @@ bool expert_gemm_routing_itself_fits_one_wave(Stage stage, const Tactic& tactic,
 // The fused layer (a kFused tactic): FC1, FC2 and the un-permute in one launch after the routing;
 // `args.schedule` must have been zeroed by that routing.
 void launch_fused_layer(const Tactic& tactic, const kernels::FusedLayerArgs& args, int num_pairs, cudaStream_t stream);
+// `route_logits`: the batch routed itself in FC1 and FC2 (MoeRunner::routes_in_expert_kernels), so
+// the un-permute routes it again from these logits; null: it reads `route`.
 void launch_unpermute(const float* expert_out, long long split_stride, int k_split, int hidden, int top_k,
-                      int num_tokens, const kernels::RouteBuffers& route, __nv_bfloat16* out, cudaStream_t stream);
+                      int num_tokens, const kernels::RouteBuffers& route, __nv_bfloat16* out, const float* route_logits,
+                      int num_experts, cudaStream_t stream);
 
 }  // namespace mxmoe

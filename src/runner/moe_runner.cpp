@@ -199,7 +199,7 @@ void MoeRunner::Impl::run(const __nv_bfloat16* x, const float* logits, __nv_bflo
   launch_expert_gemm(Stage::kFc2, plan.fc2, fc2, pairs, stream);
   if (last == ForwardPart::kFc2) return;
   launch_unpermute(expert_out, split_stride, plan.fc2.k_split, shape.hidden, shape.top_k, num_tokens, route, out,
-                   stream);
+                   route_logits, shape.num_experts, stream);
 }
 
 namespace {

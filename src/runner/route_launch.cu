@@ -54,9 +54,10 @@ void launch_routing(const float* logits, int num_tokens, int num_experts, int to
 }
 
 void launch_unpermute(const float* expert_out, long long split_stride, int k_split, int hidden, int top_k,
-                      int num_tokens, const kernels::RouteBuffers& route, __nv_bfloat16* out, cudaStream_t stream) {
+                      int num_tokens, const kernels::RouteBuffers& route, __nv_bfloat16* out, const float* route_logits,
+                      int num_experts, cudaStream_t stream) {
   kernels::RouteBuffers r = route;
-  void* args[] = {&expert_out, &split_stride, &k_split, &hidden, &top_k, &r, &out};
+  void* args[] = {&expert_out, &split_stride, &k_split, &hidden, &top_k, &r, &out, &route_logits, &num_tokens, &num_experts};
   launch(reinterpret_cast<const void*>(kernels::unpermute_kernel),
          dim3(static_cast<unsigned>(num_tokens), blocks(hidden, 8 * kernels::kUnpermuteThreads)),
          dim3(kernels::kUnpermuteThreads), args, 0, stream, "un-permute launch");
