@@ -1,7 +1,8 @@
 // Routing that one warp can do: a token's top-k with the softmax over it, the scans over experts,
 // and the whole expert-sorted permutation of a batch of at most kSmallBatchPairs pairs. The routing
-// kernels use it, and so do the GEMV kernels, which route a small batch themselves (expert_gemv.cuh):
-// NVRTC compiles it too, so no toolkit headers.
+// kernels use it, and so do the GEMV kernels and the un-permute, which route a small batch
+// themselves when no routing kernel ran (expert_gemm.cuh): NVRTC compiles it too, so no toolkit
+// headers.
 #pragma once
 
 #include "kernels/device_utils.cuh"
@@ -81,7 +82,7 @@ __device__ __forceinline__ void select_token_experts(const float* logits, int to
 
 // Warp-wide exclusive scans over experts of `counts` (shared memory): each expert's first sorted
 // row (into `offsets` [E + 1], shared, and the workspace), its count, the active list and each
-// tile size's tile offsets (when `route` has them). Call with one whole warp.
+// tile size's tile offsets (workspace). Call with one whole warp.
 __device__ __forceinline__ void scan_experts(const int* counts, int* offsets, int num_experts, const RouteBuffers& route) {
   const int lane = threadIdx.x % 32;
   const int per_lane = (num_experts + 31) / 32;
@@ -112,7 +113,7 @@ __device__ __forceinline__ void scan_experts(const int* counts, int* offsets, in
     if (c > 0) route.active_experts[sums[1]++] = e;
 #pragma unroll
     for (int i = 0; i < kTileSizeCount; ++i) {
-      if (route.tile_offsets) route.tile_offsets[i * (num_experts + 1) + e] = sums[2 + i];
+      route.tile_offsets[i * (num_experts + 1) + e] = sums[2 + i];
       sums[2 + i] += (c + (8 << i) - 1) / (8 << i);
     }
   }
@@ -120,17 +121,15 @@ __device__ __forceinline__ void scan_experts(const int* counts, int* offsets, in
     offsets[num_experts] = sums[0];
     route.expert_offsets[num_experts] = sums[0];
     route.active_experts[num_experts] = sums[1];
-    for (int i = 0; i < kTileSizeCount && route.tile_offsets; ++i) {
-      route.tile_offsets[i * (num_experts + 1) + num_experts] = sums[2 + i];
-    }
+    for (int i = 0; i < kTileSizeCount; ++i) route.tile_offsets[i * (num_experts + 1) + num_experts] = sums[2 + i];
   }
 }
 
-// The permutation of a batch of at most kSmallBatchPairs (32) pairs by one warp, after every pair's expert is in
-// `pair_experts` (its top-k, visible to the warp): lane p holds pair p, so a pair's rank among its
-// expert's pairs is a match.any away. Writes the counts, offsets, active list (and tile offsets,
-// when `route` has them), then the sorted rows, into `route`; `counts` [E] and `offsets` [E + 1]
-// are the warp's shared scratch and may be route's own arrays. Call with one whole warp.
+// The permutation of a batch of at most kSmallBatchPairs (32) pairs by one warp, after every
+// pair's expert is in `pair_experts` (its top-k, visible to the warp): lane p holds pair p, so a
+// pair's rank among its expert's pairs is a match.any away. Writes the counts, offsets, active
+// list and tile offsets, then the sorted rows, into `route`; `counts` [E] and `offsets` [E + 1]
+// are the warp's shared scratch. Call with one whole warp.
 __device__ __forceinline__ void permute_small_batch(const int* pair_experts, int num_pairs, int num_experts,
                                                     int* counts, int* offsets, const RouteBuffers& route) {
   const int lane = threadIdx.x % 32;
