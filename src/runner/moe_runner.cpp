@@ -122,7 +122,7 @@ size_t MoeRunner::workspace_size(int max_tokens) const {
 }
 
 LayerPlan MoeRunner::heuristic_plan(int num_tokens) const {
-  return mxmoe::heuristic_plan(impl_->shape, num_tokens, *impl_->device.arch, impl_->device.multiprocessors);
+  return mxmoe::heuristic_plan(impl_->shape, num_tokens, *impl_->device.arch);
 }
 
 LayerPlan MoeRunner::plan(int num_tokens) const {

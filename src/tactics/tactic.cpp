@@ -10,12 +10,15 @@
 namespace mxmoe {
 namespace {
 
-// The GEMV shapes `mxmoe tune` kept choosing on an H100 (docs/perf-notes.md, decode round 2): 4
-// columns per CTA for a 1-3 token FC1, 8 columns once more experts fill the SMs, and for FC2,
-// which has half FC1's rows, 2 warps per column along K.
-const Tactic kGemv{KernelFamily::kGemv, 64, 8, 4, 1, 4, 1};
-const Tactic kGemvWide{KernelFamily::kGemv, 128, 8, 8, 1, 4, 1};
-const Tactic kGemvSplitK{KernelFamily::kGemv, 64, 8, 4, 2, 4, 1};
+// The GEMV shapes `mxmoe tune` kept choosing on an H100 (docs/perf-notes.md, decode rounds 6-18),
+// all with the shallow two-record pipeline held to 80 registers: for the few columns of <= 4
+// touched experts, warps along K (FC1 2 per column, FC2, which has half FC1's rows, 4); 8 columns
+// per CTA once more experts fill the SMs (FC2 of <= 12 experts keeps 2 warps along K); and the
+// 16-token GEMV for 5-8 expected rows per expert.
+const Tactic kGemvFewFc1{KernelFamily::kGemv, 64, 8, 4, 2, 2, 1};
+const Tactic kGemvFewFc2{KernelFamily::kGemv, 32, 8, 2, 4, 2, 1};
+const Tactic kGemvWide{KernelFamily::kGemv, 128, 8, 8, 1, 2, 1};
+const Tactic kGemv16{KernelFamily::kGemv, 128, 16, 8, 1, 4, 1};
 Tactic mma_tile(int tile_tokens) {
   if (tile_tokens <= 32) return {KernelFamily::kMmaTile, 128, tile_tokens, 4, 1, 4, 1};
   return {KernelFamily::kMmaTile, 128, tile_tokens, 2, tile_tokens / 32, 3, 1};
@@ -133,28 +136,30 @@ void validate_plan(const MoeShape& shape, const LayerPlan& plan, const Arch& arc
   }
 }
 
-LayerPlan heuristic_plan(const MoeShape& shape, int num_tokens, const Arch& arch, int multiprocessors) {
+LayerPlan heuristic_plan(const MoeShape& shape, int num_tokens, const Arch& arch) {
   const long long pairs = static_cast<long long>(num_tokens) * shape.top_k;
   const long long rows_expected = (pairs + shape.num_experts - 1) / shape.num_experts;
-  const bool gemv_fits = kernels::gemv_smem_bytes(kGemvWide.tile_tokens, kGemvWide.tile_tokens, (shape.hidden + 63) / 64,
-                                                  1, kGemvWide.warps_rows, kGemvWide.warps_tokens) <= arch.smem_per_block;
-  if (gemv_fits && (num_tokens <= kGemv.tile_tokens || rows_expected <= 2)) {
+  const int fc1_k_tiles = (shape.hidden + 63) / 64;
+  auto fits = [&](const Tactic& t) {
+    return kernels::gemv_smem_bytes(t.tile_tokens, t.tile_tokens, fc1_k_tiles, 1, t.warps_rows, t.warps_tokens) <=
+           arch.smem_per_block;
+  };
+  // Up to ~4 rows per expert (an expert past 8 takes a second pass over its weights, rare there).
+  if (fits(kGemvWide) && (num_tokens <= kGemvWide.tile_tokens || rows_expected <= 4)) {
     const double touched =
         shape.num_experts * (1.0 - std::pow(1.0 - static_cast<double>(shape.top_k) / shape.num_experts, num_tokens));
-    const Tactic fc1 = num_tokens < 4 ? kGemv : kGemvWide;
-    Tactic fc2 = kGemvSplitK;
-    const double ctas = std::ceil(shape.hidden / static_cast<double>(fc2.tile_rows)) * std::max(1.0, touched);
-    fc2.k_split = static_cast<int>(std::clamp(std::ceil(2.0 * multiprocessors / ctas), 1.0,
-                                              static_cast<double>(std::min(kMaxKSplit, (shape.intermediate + 63) / 64))));
-    return {fc1, fc2};
+    if (touched < 4.5) return {kGemvFewFc1, kGemvFewFc2};
+    if (touched <= 12.0) return {kGemvWide, kGemvFewFc1};
+    return {kGemvWide, kGemvWide};
   }
+  if (fits(kGemv16) && rows_expected <= 8) return {kGemv16, kGemv16};
   int tile = 16;
   while (tile < 128 && tile < rows_expected) tile *= 2;
   return {mma_tile(tile), mma_tile(tile)};
 }
 
 std::vector<Tactic> default_tactics() {
-  return {kGemv, kGemvWide, kGemvSplitK, mma_tile(16), mma_tile(32), mma_tile(64), mma_tile(128)};
+  return {kGemvFewFc1, kGemvFewFc2, kGemvWide, kGemv16, mma_tile(16), mma_tile(32), mma_tile(64), mma_tile(128)};
 }
 
 }  // namespace mxmoe

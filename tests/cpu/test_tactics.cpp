@@ -15,7 +15,6 @@
 namespace mxmoe {
 namespace {
 
-constexpr int kH100Sms = 132;
 
 TEST(TacticTable, ValidEntriesObeyTheRulesAndInvalidOnesSayWhy) {
   for (const auto& arch : supported_archs()) {
@@ -136,27 +135,32 @@ struct Pin {
 // The heuristic's choices, pinned: rows per expert expected ceil(T k / E), worst case T.
 TEST(Heuristic, PinnedChoices) {
   const Pin pins[] = {
-      {"gpt-oss-20b", 1, "gemv.r64x8.w4x1.u4.k1", "gemv.r64x8.w4x2.u4.k2"},   // 4 experts x 45 CTAs < 2 per SM: split
-      {"gpt-oss-20b", 2, "gemv.r64x8.w4x1.u4.k1", "gemv.r64x8.w4x2.u4.k1"},
-      {"gpt-oss-20b", 4, "gemv.r128x8.w8x1.u4.k1", "gemv.r64x8.w4x2.u4.k1"},
-      {"gpt-oss-20b", 8, "gemv.r128x8.w8x1.u4.k1", "gemv.r64x8.w4x2.u4.k1"},
-      {"gpt-oss-20b", 16, "gemv.r128x8.w8x1.u4.k1", "gemv.r64x8.w4x2.u4.k1"},  // expected 2 rows
-      {"gpt-oss-20b", 17, "mma.r128x16.w4x1.s4.k1", "mma.r128x16.w4x1.s4.k1"},
+      {"gpt-oss-20b", 1, "gemv.r64x8.w4x2.u2.k1", "gemv.r32x8.w2x4.u2.k1"},  // 4 experts touched
+      {"gpt-oss-20b", 2, "gemv.r128x8.w8x1.u2.k1", "gemv.r64x8.w4x2.u2.k1"},  // ~7.5
+      {"gpt-oss-20b", 3, "gemv.r128x8.w8x1.u2.k1", "gemv.r64x8.w4x2.u2.k1"},  // ~10.6
+      {"gpt-oss-20b", 4, "gemv.r128x8.w8x1.u2.k1", "gemv.r128x8.w8x1.u2.k1"},  // ~13.2
+      {"gpt-oss-20b", 8, "gemv.r128x8.w8x1.u2.k1", "gemv.r128x8.w8x1.u2.k1"},
+      {"gpt-oss-20b", 32, "gemv.r128x8.w8x1.u2.k1", "gemv.r128x8.w8x1.u2.k1"},  // expected 4 rows
+      {"gpt-oss-20b", 33, "gemv.r128x16.w8x1.u4.k1", "gemv.r128x16.w8x1.u4.k1"},
+      {"gpt-oss-20b", 64, "gemv.r128x16.w8x1.u4.k1", "gemv.r128x16.w8x1.u4.k1"},  // expected 8 rows
+      {"gpt-oss-20b", 65, "mma.r128x16.w4x1.s4.k1", "mma.r128x16.w4x1.s4.k1"},
       {"gpt-oss-20b", 128, "mma.r128x16.w4x1.s4.k1", "mma.r128x16.w4x1.s4.k1"},
       {"gpt-oss-20b", 129, "mma.r128x32.w4x1.s4.k1", "mma.r128x32.w4x1.s4.k1"},
       {"gpt-oss-20b", 512, "mma.r128x64.w2x2.s3.k1", "mma.r128x64.w2x2.s3.k1"},
       {"gpt-oss-20b", 513, "mma.r128x128.w2x4.s3.k1", "mma.r128x128.w2x4.s3.k1"},
       {"gpt-oss-20b", 4096, "mma.r128x128.w2x4.s3.k1", "mma.r128x128.w2x4.s3.k1"},
-      {"gpt-oss-120b", 1, "gemv.r64x8.w4x1.u4.k1", "gemv.r64x8.w4x2.u4.k2"},
-      {"gpt-oss-120b", 64, "gemv.r128x8.w8x1.u4.k1", "gemv.r64x8.w4x2.u4.k1"},  // expected 2 rows
-      {"gpt-oss-120b", 65, "mma.r128x16.w4x1.s4.k1", "mma.r128x16.w4x1.s4.k1"},
+      {"gpt-oss-120b", 1, "gemv.r64x8.w4x2.u2.k1", "gemv.r32x8.w2x4.u2.k1"},
+      {"gpt-oss-120b", 64, "gemv.r128x8.w8x1.u2.k1", "gemv.r128x8.w8x1.u2.k1"},  // expected 2 rows
+      {"gpt-oss-120b", 128, "gemv.r128x8.w8x1.u2.k1", "gemv.r128x8.w8x1.u2.k1"},  // expected 4 rows
+      {"gpt-oss-120b", 129, "gemv.r128x16.w8x1.u4.k1", "gemv.r128x16.w8x1.u4.k1"},
+      {"gpt-oss-120b", 257, "mma.r128x16.w4x1.s4.k1", "mma.r128x16.w4x1.s4.k1"},
       {"gpt-oss-120b", 1024, "mma.r128x32.w4x1.s4.k1", "mma.r128x32.w4x1.s4.k1"},
       {"gpt-oss-120b", 4096, "mma.r128x128.w2x4.s3.k1", "mma.r128x128.w2x4.s3.k1"},
   };
 
   const Arch& sm90 = arch_by_name("sm_90a");
   for (const auto& p : pins) {
-    const LayerPlan plan = heuristic_plan(model_shape(p.model), p.tokens, sm90, kH100Sms);
+    const LayerPlan plan = heuristic_plan(model_shape(p.model), p.tokens, sm90);
     EXPECT_EQ(plan.fc1.name(), p.fc1) << p.model << " T=" << p.tokens;
     EXPECT_EQ(plan.fc2.name(), p.fc2) << p.model << " T=" << p.tokens;
   }
@@ -164,8 +168,8 @@ TEST(Heuristic, PinnedChoices) {
 
 TEST(Heuristic, GemvMakesWayWhenItsStagingExceedsTheArch) {
   const MoeShape wide{8, 2, 8192, 1024, 1};  // FC1's 8 x 8192 activations need 128 KB
-  EXPECT_EQ(heuristic_plan(wide, 1, arch_by_name("sm_90a"), kH100Sms).fc1.family, KernelFamily::kGemv);
-  EXPECT_EQ(heuristic_plan(wide, 1, arch_by_name("sm_120a"), 48).fc1.name(), "mma.r128x16.w4x1.s4.k1");
+  EXPECT_EQ(heuristic_plan(wide, 1, arch_by_name("sm_90a")).fc1.family, KernelFamily::kGemv);
+  EXPECT_EQ(heuristic_plan(wide, 1, arch_by_name("sm_120a")).fc1.name(), "mma.r128x16.w4x1.s4.k1");
 }
 
 TEST(Heuristic, ChoosesOnlyDefaultTacticsThatValidate) {
@@ -173,7 +177,7 @@ TEST(Heuristic, ChoosesOnlyDefaultTacticsThatValidate) {
   for (const auto& arch : supported_archs()) {
     for (const char* model : {"gpt-oss-20b", "gpt-oss-120b"}) {
       for (int t : {1, 2, 3, 5, 8, 9, 15, 16, 17, 31, 33, 64, 100, 255, 256, 1000, 4096, 65536}) {
-        const LayerPlan plan = heuristic_plan(model_shape(model), t, arch, kH100Sms);
+        const LayerPlan plan = heuristic_plan(model_shape(model), t, arch);
         EXPECT_NO_THROW(validate_plan(model_shape(model), plan, arch)) << arch.name << " " << model << " T=" << t;
         for (const Tactic& tactic : {plan.fc1, plan.fc2}) {
           EXPECT_NE(std::find(defaults.begin(), defaults.end(), tactic.binary()), defaults.end()) << tactic.name();
