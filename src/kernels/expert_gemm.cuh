@@ -112,8 +112,8 @@ __device__ __forceinline__ GemvWork gemv_work(const ExpertGemmArgs& args, int sl
 // its sorted row (pairs of lower experts, then of its own expert from lower lanes) and finds the
 // CTA's expert, active slot `slot`. `args.sorted_pairs` is pointed at the shared copy. With
 // `write_workspace` the CTA's last warp also writes the whole routing to args.route, for the
-// un-permute. This buys the layer no routing launch, and no global round trip between the logits
-// and the first weight load.
+// caller. This buys the layer no routing launch, and no global round trip between the logits and
+// the first weight load.
 // Budget: T E 4 bytes of logits from L2 per CTA; per token k rounds of E / 32 compares; 32 shuffles.
 __device__ __forceinline__ GemvWork route_small_batch_in_cta(ExpertGemmArgs& args, unsigned char* smem, int slot,
                                                              bool write_workspace, int split, int k_split) {

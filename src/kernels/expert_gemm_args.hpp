@@ -24,8 +24,8 @@ struct ExpertGemmArgs {
   int staged_rows;            // GEMV families: token rows staged per pass, min(kTokens, the batch's tokens)
   // A GEMV plan's batch of at most kSmallBatchPairs pairs routes itself, with no routing kernel:
   // every CTA computes its part of the routing from these logits [T, E] in shared memory
-  // (expert_gemm.cuh), and FC2's CTA (0, 0, 0) writes the whole of it to `route` for the
-  // un-permute. Null: the routing kernel's buffers above.
+  // (expert_gemm.cuh; the un-permute does the same), and FC2's CTA (0, 0, 0) writes the whole of
+  // it to `route` for the caller (MoeRunner::routing). Null: the routing kernel's buffers above.
   const float* route_logits;
   int num_tokens;
   RouteBuffers route;

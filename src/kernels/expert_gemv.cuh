@@ -144,7 +144,7 @@ __global__ void __launch_bounds__(kColumns * kWarpsK * 32, (kGemvMinBlocks<kColu
   GemvWork w;
   if (args.route_logits) {  // FC2 too reads the logits before its wait: FC1 waited on their writer
     const int own_bytes = gemv_smem_bytes(kTokens, args.staged_rows, args.k_tiles, k_split, kColumns, kWarpsK);
-    // FC2's first CTA writes the routing for the un-permute: it starts while FC1 streams.
+    // FC2's first CTA writes the routing for the caller: it starts while FC1 streams.
     const bool writes = !kFc1 && blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0;
     w = route_small_batch_in_cta(routed, dynamic_smem() + small_route_offset(own_bytes), blockIdx.y, writes,
                                  blockIdx.z, k_split);
