@@ -21,21 +21,22 @@ __device__ __forceinline__ unsigned logit_rank(float v) {
   return u & 0x80000000u ? ~u : u | 0x80000000u;
 }
 
-constexpr int kHeldLogits = 8;  // logits a lane keeps in registers (E <= 256); it rereads the rest
-
 // Top-k over one token's logits and the softmax over the k selected, by one warp. Round s takes
 // the best entry ranked after round s-1's pick, so nothing needs marking: each lane its own best,
 // then the warp's by two reductions (the highest rank, then the lowest expert holding it). Lane s
 // keeps slot s. Writes experts[token k + s] and weights[token k + s] (workspace or shared).
 // Budget: reads E 4 bytes once (all loads in flight together); k rounds of E / 32 compares and
-// three warp-wide steps.
-__device__ __forceinline__ void select_token_experts(const float* logits, int token, int num_experts, int top_k,
-                                                     int* experts, float* weights) {
+// three warp-wide steps. kHeld: logits a lane keeps in registers (it rereads any past 32 kHeld);
+// select_token_experts below picks the fewest that hold E, so that no compare is issued for an
+// expert that does not exist (the routing kernel runs every token's top-k on one SM).
+template <int kHeld>
+__device__ __forceinline__ void select_token_experts_held(const float* logits, int token, int num_experts, int top_k,
+                                                          int* experts, float* weights) {
   const int lane = threadIdx.x % 32;
   const float* row = logits + static_cast<long long>(token) * num_experts;
-  float held[kHeldLogits];
+  float held[kHeld];
 #pragma unroll
-  for (int i = 0; i < kHeldLogits; ++i) held[i] = lane + 32 * i < num_experts ? row[lane + 32 * i] : 0.0f;
+  for (int i = 0; i < kHeld; ++i) held[i] = lane + 32 * i < num_experts ? row[lane + 32 * i] : 0.0f;
   unsigned previous_rank = 0xFFFFFFFFu;
   int previous_expert = -1;
   float my_logit = 0.0f;
@@ -54,10 +55,10 @@ __device__ __forceinline__ void select_token_experts(const float* logits, int to
       }
     };
 #pragma unroll
-    for (int i = 0; i < kHeldLogits; ++i) {
+    for (int i = 0; i < kHeld; ++i) {
       if (lane + 32 * i < num_experts) consider(held[i], lane + 32 * i);
     }
-    for (int e = lane + 32 * kHeldLogits; e < num_experts; e += 32) consider(row[e], e);
+    for (int e = lane + 32 * kHeld; e < num_experts; e += 32) consider(row[e], e);
     const unsigned top_rank = __reduce_max_sync(0xffffffffu, best_rank);
     const int top_expert = static_cast<int>(
         __reduce_min_sync(0xffffffffu, best_rank == top_rank ? static_cast<unsigned>(best_expert) : 0xFFFFFFFFu));
@@ -77,6 +78,21 @@ __device__ __forceinline__ void select_token_experts(const float* logits, int to
   if (lane < top_k) {
     experts[token * top_k + lane] = my_expert;
     weights[token * top_k + lane] = e / sum;
+  }
+}
+
+// select_token_experts_held with the fewest held logits per lane that cover E (8 past 256). Not
+// inlined: four inlined copies raised the 16-token GEMV past 128 registers (one CTA per SM).
+__device__ __noinline__ void select_token_experts(const float* logits, int token, int num_experts, int top_k,
+                                                     int* experts, float* weights) {
+  if (num_experts <= 32) {
+    select_token_experts_held<1>(logits, token, num_experts, top_k, experts, weights);
+  } else if (num_experts <= 64) {
+    select_token_experts_held<2>(logits, token, num_experts, top_k, experts, weights);
+  } else if (num_experts <= 128) {
+    select_token_experts_held<4>(logits, token, num_experts, top_k, experts, weights);
+  } else {
+    select_token_experts_held<8>(logits, token, num_experts, top_k, experts, weights);
   }
 }
 

@@ -168,9 +168,10 @@ std::vector<LayerCase> layer_cases() {
     cases.push_back({"gpt_oss_120b", model_shape("gpt-oss-120b"), t});
   }
   for (int t : {1, 7, 33}) cases.push_back({"odd_E5_k3_H96_I160", MoeShape{5, 3, 96, 160, 1}, t});
-  // More experts than a warp's lanes hold logits for in registers (8 per lane): the top-k rereads
-  // the rest.
+  // The top-k holds 1, 2, 4 or 8 logits per lane in registers by E (E5, E48, gpt-oss-120b's 128,
+  // E300); past 256 experts it rereads the rest.
   for (int t : {1, 9}) cases.push_back({"many_E300_k4_H64_I96", MoeShape{300, 4, 64, 96, 1}, t});
+  for (int t : {1, 9}) cases.push_back({"mid_E48_k4_H64_I96", MoeShape{48, 4, 64, 96, 1}, t});
   return cases;
 }
 
