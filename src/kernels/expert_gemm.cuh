@@ -11,6 +11,7 @@
 #include "kernels/device_utils.cuh"
 #include "kernels/expert_gemm_args.hpp"
 #include "kernels/mxfp4_fragment.cuh"
+#include "kernels/smem_bytes.hpp"
 #include "route/small_batch_routing.cuh"
 
 namespace mxmoe::kernels {
@@ -122,8 +123,8 @@ __device__ __forceinline__ GemvWork route_small_batch_in_cta(ExpertGemmArgs& arg
   float* pair_weights = reinterpret_cast<float*>(pair_experts + kSmallBatchPairs);
   int* sorted_pairs = pair_experts + 2 * kSmallBatchPairs;
   int* pair_rows = pair_experts + 3 * kSmallBatchPairs;
-  int* mine = pair_rows + kSmallBatchPairs;  // the CTA's expert, first row, row count; active experts
-  int* counts = mine + 4;                    // [E], [E + 1]: the workspace writer's scratch
+  int* mine = pair_rows + kSmallBatchPairs;   // the CTA's expert, first row, row count
+  int* counts = mine + kSmallRouteOwnWords;   // [E], [E + 1]: the workspace writer's scratch
   const int warp = threadIdx.x / 32, warps = blockDim.x / 32, lane = threadIdx.x % 32;
   for (int token = warp; token < args.num_tokens; token += warps) {
     select_token_experts(args.route_logits, token, args.num_experts, args.top_k, pair_experts, pair_weights);

@@ -24,10 +24,13 @@ constexpr int gemv_smem_bytes(int tokens, int rows, int k_tiles, int k_split, in
 
 // A batch that routes itself (expert_gemm.cuh) keeps its routing past the kernel's own shared
 // memory, 16-byte aligned: each pair's expert, weight, sorted row and each sorted row's pair
-// (kSmallBatchPairs each), the CTA's own 4 words, and the workspace writer's counts [E] and
-// offsets [E + 1].
+// (kSmallBatchPairs each), the CTA's own words (its expert, first row, row count), and the
+// workspace writer's counts [E] and offsets [E + 1].
+constexpr int kSmallRouteOwnWords = 3;
 constexpr int small_route_offset(int kernel_bytes) { return (kernel_bytes + 15) / 16 * 16; }
-constexpr int small_route_bytes(int num_experts) { return 4 * (4 * kSmallBatchPairs + 4 + 2 * num_experts + 1); }
+constexpr int small_route_bytes(int num_experts) {
+  return 4 * (4 * kSmallBatchPairs + kSmallRouteOwnWords + 2 * num_experts + 1);
+}
 
 // The fused layer: the larger of its two stages' GEMV needs (FC1's K is H, FC2's is I), then its
 // control block (the item's ticket and stage arguments), then a copy of the routing's active list

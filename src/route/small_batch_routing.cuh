@@ -170,8 +170,7 @@ __device__ __forceinline__ void permute_small_batch(const int* pair_experts, int
 // `pair_experts` (shared): each pair's sorted row (pairs of lower experts, then of its own expert
 // from lower lanes) into pair_rows and, when given, sorted_pairs; when `mine` is given, the expert
 // of active slot `slot`, its first sorted row and its row count into mine[0..2] (left alone when
-// there is no such slot) and the number of active experts into mine[3]. 32 shuffles, no scan over
-// experts. Call with one whole warp.
+// there is no such slot). 32 shuffles, no scan over experts. Call with one whole warp.
 __device__ __forceinline__ void rank_small_batch(const int* pair_experts, int num_pairs, int slot, int* pair_rows,
                                                  int* sorted_pairs, int* mine) {
   const int lane = threadIdx.x % 32;
@@ -198,7 +197,6 @@ __device__ __forceinline__ void rank_small_batch(const int* pair_experts, int nu
     mine[1] = rows_before;
     mine[2] = __popc(peers);
   }
-  if (mine && lane == 0) mine[3] = __popc(leaders);
 }
 
 }  // namespace mxmoe::kernels

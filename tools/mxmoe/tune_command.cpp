@@ -4,8 +4,8 @@
 // never slower than it in the sweep's own measurement.
 //
 // The sweep is coordinate-wise: FC1's tactic with FC2 at the heuristic's choice, then FC2's tactic
-// and K split with FC1 at its winner; then every fused (whole-layer) tactic. A candidate whose first replay takes more than 3 times the
-// best so far is not replayed further.
+// and K split with FC1 at its winner; then every fused (whole-layer) tactic. A candidate whose
+// first replay takes more than 3 times the best so far is not replayed further.
 #include <cstdio>
 
 #include "cli.hpp"
