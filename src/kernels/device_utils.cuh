@@ -96,6 +96,11 @@ __device__ __forceinline__ unsigned load_stream_4(const void* p) {
   return v;
 }
 
+// The 128-byte line holding `p` into L2, to be evicted after lines of normal priority.
+__device__ __forceinline__ void prefetch_l2_evict_last(const void* p) {
+  asm volatile("prefetch.global.L2::evict_last [%0];\n" ::"l"(p));
+}
+
 // Programmatic dependent launch (sm_90+). A kernel launched with programmatic stream
 // serialization may start while its predecessor runs; `wait` blocks until the predecessor grids
 // have completed and their writes are visible (a no-op without such a launch). `allow` lets this

@@ -49,15 +49,11 @@ constexpr int fused_smem_bytes(int tokens, int rows, int fc1_k_tiles, int fc2_k_
 }
 
 // The mlp slice (expert_mlp_slice.cuh): FC1's GEMV staging and partial sums (8 columns; FC2's
-// staging, over one K tile, fits in it), the small batch's routing, then FC2's records of the
-// CTA's K tile (one per FC2 row tile of `hidden` rows) and the barrier their bulk copies count on.
+// staging, over one K tile, fits in it), then the small batch's routing.
 constexpr int kMlpColumns = 8;  // FC1 columns per CTA: 8 x 8 outputs, one FC2 K tile
-constexpr int mlp_slice_records_offset(int rows, int fc1_k_tiles, int warps_k, int num_experts) {
-  return small_route_offset(small_route_offset(gemv_smem_bytes(8, rows, fc1_k_tiles, 1, kMlpColumns, warps_k)) +
-                            small_route_bytes(num_experts));
-}
-constexpr int mlp_slice_smem_bytes(int rows, int fc1_k_tiles, int hidden, int warps_k, int num_experts) {
-  return mlp_slice_records_offset(rows, fc1_k_tiles, warps_k, num_experts) + hidden / kRecordRows * kRecordBytes + 8;
+constexpr int mlp_slice_smem_bytes(int rows, int fc1_k_tiles, int warps_k, int num_experts) {
+  return small_route_offset(gemv_smem_bytes(8, rows, fc1_k_tiles, 1, kMlpColumns, warps_k)) +
+         small_route_bytes(num_experts);
 }
 
 // Ring GEMV: the staging, then per warp `stages` chunks of 4 records and a barrier each.

@@ -116,8 +116,7 @@ void launch_mlp_layer(const Tactic& tactic, const kernels::ExpertGemmArgs& fc1, 
   const ExpertKernels& k = expert_kernels(tactic);
   kernels::ExpertGemmArgs a1 = fc1, a2 = fc2;
   a1.staged_rows = a2.staged_rows = num_pairs / fc1.top_k;  // every token at most once per expert
-  const int smem = kernels::mlp_slice_smem_bytes(a1.staged_rows, a1.k_tiles, a2.rows, tactic.warps_tokens,
-                                                 a1.num_experts);
+  const int smem = kernels::mlp_slice_smem_bytes(a1.staged_rows, a1.k_tiles, tactic.warps_tokens, a1.num_experts);
   const dim3 grid(static_cast<unsigned>(a2.k_tiles), static_cast<unsigned>(std::min(a1.num_experts, num_pairs)));
   void* params[] = {&a1, &a2};
   launch_programmatic(k.fc1, grid, dim3(32 * tactic.warps()), params, static_cast<size_t>(smem), stream,

@@ -128,8 +128,7 @@ void validate_plan(const MoeShape& shape, const LayerPlan& plan, const Arch& arc
             ? kernels::fused_smem_bytes(tactic.tile_tokens, tactic.tile_tokens, fc1_k_tiles, fc2_k_tiles,
                                         tactic.warps_rows, tactic.warps_tokens, shape.num_experts)
         : tactic.family == KernelFamily::kMlp
-            ? kernels::mlp_slice_smem_bytes(tactic.tile_tokens, fc1_k_tiles, shape.hidden, tactic.warps_tokens,
-                                            shape.num_experts)
+            ? kernels::mlp_slice_smem_bytes(tactic.tile_tokens, fc1_k_tiles, tactic.warps_tokens, shape.num_experts)
         : tactic.family == KernelFamily::kGemv  // with a small batch's routing past it
             ? kernels::small_route_offset(kernels::gemv_smem_bytes(tactic.tile_tokens, tactic.tile_tokens, k_tiles,
                                                                    tactic.k_split, tactic.warps_rows, tactic.warps_tokens)) +

@@ -137,9 +137,9 @@ TEST(ValidatePlan, MlpTacticIsTheWholeLayerForSmallBatches) {
     EXPECT_TRUE(entry.invalid.empty()) << entry.tactic.name() << ": " << entry.invalid;
     EXPECT_EQ(entry.tactic.tile_rows, 128) << entry.tactic.name();
   }
-  // 120 KB of FC2 records per CTA at H = 3600 still fits sm_90a; H = 7200 (240 KB) does not.
-  EXPECT_NO_THROW(validate_plan(MoeShape{32, 4, 3600, 2880, 1}, plan, sm90));
-  EXPECT_THROW(validate_plan(MoeShape{32, 4, 7200, 2880, 1}, plan, sm90), Error);
+  // 8 staged rows of x: 116 KB at H = 7200 fit sm_90a; 262 KB at H = 16384 do not.
+  EXPECT_NO_THROW(validate_plan(MoeShape{32, 4, 7200, 2880, 1}, plan, sm90));
+  EXPECT_THROW(validate_plan(MoeShape{32, 4, 16384, 2880, 1}, plan, sm90), Error);
 }
 
 // A small batch under two GEMV tactics may be routed by the expert kernels themselves (no routing

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -38,10 +39,11 @@ constexpr OptionSpec kOptions[] = {
     {"compare", "", "also time the heuristic's plan where the tuned table chose another"},
     {"breakdown", "", "also time each stage in the graph (routing, FC1, FC2, un-permute) against its bytes"},
     {"json", "FILE", "also write every number as JSON"},
+    {"plan", "FC1[,FC2]", "time this plan instead of the runner's (one fused or mlp tactic names both stages)"},
 };
 
 constexpr CommandSpec kSpec{
-    "bench", "[--model M|all] [--tokens LIST] [--layers N] [--replays N] [--skewed] [--compare] [--breakdown] [--json FILE]",
+    "bench", "[--model M|all] [--tokens LIST] [--layers N] [--replays N] [--skewed] [--compare] [--breakdown] [--json FILE] [--plan FC1[,FC2]]",
     "Times the whole MoE layer (routing, permutation, FC1 + SwiGLU, FC2, weighted un-permute) against the\n"
     "device's own measured ceilings: streaming-read bandwidth and the cuBLAS bf16 matmul rate.",
     kOptions};
@@ -67,11 +69,21 @@ struct Row {
   bool fused = false, mlp = false, routing_in_fc1 = false;
 };
 
+// --plan: "FC1,FC2", or one whole-layer (fused or mlp) tactic for both stages.
+LayerPlan parse_plan(const std::string& text) {
+  const size_t comma = text.find(',');
+  const Tactic fc1 = parse_tactic(text.substr(0, comma));
+  return {fc1, comma == std::string::npos ? fc1 : parse_tactic(text.substr(comma + 1))};
+}
+
 Row bench_tokens(const std::string& model, LayerRotation& rotation, int tokens, int replays, bool skewed,
-                 bool compare, bool breakdown, const Ceilings& ceilings) {
+                 bool compare, bool breakdown, const Ceilings& ceilings, const std::optional<LayerPlan>& forced) {
   const MoeShape& shape = rotation.shape();
   rotation.set_tokens(tokens, skewed);
-  const LayerPlan plan = rotation.runner().plan(tokens);
+  const LayerPlan plan = forced.value_or(rotation.runner().plan(tokens));
+  if (!plan_takes_tokens(plan, tokens, shape.top_k)) {
+    throw UsageError("--plan: " + plan.fc1.name() + " does not take T = " + std::to_string(tokens) + " on " + model);
+  }
   const LayerRotation::Timing timing = rotation.time(&plan, replays);
   Row row;
   row.model = model;
@@ -218,6 +230,14 @@ int bench_command(std::span<const std::string> args) {
   const int num_layers = static_cast<int>(parsed->get_int("layers", 8, 8, 64));
   const int replays = static_cast<int>(parsed->get_int("replays", 30, 20, 10000));
   const bool skewed = parsed->flag("skewed");
+  std::optional<LayerPlan> forced;
+  if (parsed->has("plan")) {
+    try {
+      forced = parse_plan(parsed->get("plan", ""));
+    } catch (const Error& e) {
+      throw UsageError(std::string("--plan: ") + e.what());
+    }
+  }
   if (list_gpus().empty()) throw Error("bench: no CUDA GPU is visible");
 
   const DeviceReport device = describe_device();
@@ -237,7 +257,7 @@ int bench_command(std::span<const std::string> args) {
     tuned = tuned || rotation.runner().tuned();
     for (int64_t tokens : token_counts) {
       rows.push_back(bench_tokens(model, rotation, static_cast<int>(tokens), replays, skewed, parsed->flag("compare"),
-                                  parsed->flag("breakdown"), ceilings));
+                                  parsed->flag("breakdown"), ceilings, forced));
       const Row& r = rows.back();
       std::printf("  T=%-5d %9.1f us/layer  %6.0f GB/s  %5.1f TFLOP/s  rel.err %.1e\n", r.tokens, r.us_median, r.gbs,
                   r.tflops, r.rel_error);
