@@ -33,10 +33,6 @@ CompileRequest compile_request(const Tactic& tactic, const Arch& arch) {
       r.name_expressions.push_back("&mxmoe::kernels::expert_layer_fused_kernel<" + n + ", " +
                                    std::to_string(t.warps_tokens) + ", " + std::to_string(t.tile_tokens) + ", " +
                                    std::to_string(t.stages) + ">");
-    } else if (t.family == KernelFamily::kMlp) {  // one kernel serves both stages, as for kFused
-      r.source = "#include \"kernels/expert_mlp_slice.cuh\"\n";
-      r.name_expressions.push_back("&mxmoe::kernels::expert_mlp_slice_kernel<" + std::to_string(t.warps_tokens) + ", " +
-                                   std::to_string(t.tile_tokens) + ", " + std::to_string(t.stages) + ">");
     } else if (t.family == KernelFamily::kGemv) {
       r.source = "#include \"kernels/expert_gemv.cuh\"\n";
       r.name_expressions.push_back("&mxmoe::kernels::expert_gemv_kernel<" + n + ", " + std::to_string(t.warps_tokens) +

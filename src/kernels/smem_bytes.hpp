@@ -48,14 +48,6 @@ constexpr int fused_smem_bytes(int tokens, int rows, int fc1_k_tiles, int fc2_k_
          8 * (num_experts + 1);
 }
 
-// The mlp slice (expert_mlp_slice.cuh): FC1's GEMV staging and partial sums (8 columns; FC2's
-// staging, over one K tile, fits in it), then the small batch's routing.
-constexpr int kMlpColumns = 8;  // FC1 columns per CTA: 8 x 8 outputs, one FC2 K tile
-constexpr int mlp_slice_smem_bytes(int rows, int fc1_k_tiles, int warps_k, int num_experts) {
-  return small_route_offset(gemv_smem_bytes(8, rows, fc1_k_tiles, 1, kMlpColumns, warps_k)) +
-         small_route_bytes(num_experts);
-}
-
 // Ring GEMV: the staging, then per warp `stages` chunks of 4 records and a barrier each.
 constexpr int kRingChunkRecords = 4;
 constexpr int ring_smem_bytes(int tokens, int rows, int k_tiles, int k_split, int columns, int stages) {

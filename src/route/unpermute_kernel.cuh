@@ -8,28 +8,22 @@
 
 namespace mxmoe::kernels {
 
-constexpr int kUnpermuteThreads = 128;  // each thread (a warp, kLanesOverSplits): 8 consecutive outputs of one token
+constexpr int kUnpermuteThreads = 128;  // each thread: 8 consecutive outputs of one token
 constexpr int kUnpermuteSlots = 32;     // slots whose rows and weights are staged at a time
-// Grid: x = tokens, y = column blocks of 8 x kUnpermuteThreads (8 x its warps, kLanesOverSplits).
+// Grid: x = tokens, y = column blocks of 8 x kUnpermuteThreads.
 
 // Budget: reads top_k x splits fp32 rows of H per token, writes H bf16; bandwidth-bound, small
 // beside the expert weights at decode, where it is a latency term. The token's rows and weights
 // are staged before the wait on FC2 (the routing was complete before FC1 began), so that after it
 // every slot's row loads can be in flight at once. A small batch that routed itself in FC1 and FC2
 // (`route_logits` set) is routed again here, from the logits, also before the wait.
-// kLanesOverSplits: many splits (an mlp plan's one per FC2 K tile): a warp takes the 8 outputs,
-// its lanes every 32nd split, so that all of a token's loads are in flight at once; the lanes'
-// sums meet in a fixed butterfly, so the result is still bit-identical run after run.
-template <bool kLanesOverSplits>
 __global__ void __launch_bounds__(kUnpermuteThreads)
     unpermute_kernel(const float* y, long long split_stride, int k_split, int hidden, int top_k, RouteBuffers route,
                      __nv_bfloat16* out, const float* route_logits, int num_tokens, int num_experts) {
   __shared__ int rows[kUnpermuteSlots];
   __shared__ float weights[kUnpermuteSlots];
-  const int token = blockIdx.x, lane = threadIdx.x % 32;
-  const int column = 8 * (kLanesOverSplits ? blockIdx.y * (kUnpermuteThreads / 32) + threadIdx.x / 32
-                                           : blockIdx.y * kUnpermuteThreads + threadIdx.x);
-  const int first_split = kLanesOverSplits ? lane : 0, split_step = kLanesOverSplits ? 32 : 1;
+  const int token = blockIdx.x;
+  const int column = 8 * (blockIdx.y * kUnpermuteThreads + threadIdx.x);
   auto stage_slots = [&](const int* pair_rows, const float* pair_weights, int first, int slots) {
     if (static_cast<int>(threadIdx.x) < slots) {
       const int pair = token * top_k + first + threadIdx.x;
@@ -67,7 +61,7 @@ __global__ void __launch_bounds__(kUnpermuteThreads)
     for (int slot = 0; slot < slots; ++slot) {
       const float* row = y + static_cast<long long>(rows[slot]) * hidden + column;
       float sum[8] = {};
-      for (int split = first_split; split < k_split; split += split_step) {
+      for (int split = 0; split < k_split; ++split) {
         const float4 lo = *reinterpret_cast<const float4*>(row + split * split_stride);
         const float4 hi = *reinterpret_cast<const float4*>(row + split * split_stride + 4);
         sum[0] += lo.x, sum[1] += lo.y, sum[2] += lo.z, sum[3] += lo.w;
@@ -78,13 +72,6 @@ __global__ void __launch_bounds__(kUnpermuteThreads)
     }
   }
   if (column >= hidden) return;
-  if constexpr (kLanesOverSplits) {
-    for (int offset = 16; offset > 0; offset /= 2) {
-#pragma unroll
-      for (int i = 0; i < 8; ++i) acc[i] += __shfl_xor_sync(0xffffffffu, acc[i], offset);
-    }
-    if (lane != 0) return;
-  }
   uint4 packed;
   unsigned* words = reinterpret_cast<unsigned*>(&packed);
 #pragma unroll

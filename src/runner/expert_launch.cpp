@@ -107,20 +107,4 @@ void launch_fused_layer(const Tactic& tactic, const kernels::FusedLayerArgs& arg
                       "fused layer " + tactic.name() + " launch");
 }
 
-void launch_mlp_layer(const Tactic& tactic, const kernels::ExpertGemmArgs& fc1, const kernels::ExpertGemmArgs& fc2,
-                      int num_pairs, cudaStream_t stream) {
-  if (!fc1.route_logits || num_pairs > kernels::kSmallBatchPairs || num_pairs / fc1.top_k > tactic.tile_tokens) {
-    throw Error("internal: " + tactic.name() + " routes at most " + std::to_string(kernels::kSmallBatchPairs) +
-                " pairs of at most " + std::to_string(tactic.tile_tokens) + " tokens itself, from the logits");
-  }
-  const ExpertKernels& k = expert_kernels(tactic);
-  kernels::ExpertGemmArgs a1 = fc1, a2 = fc2;
-  a1.staged_rows = a2.staged_rows = num_pairs / fc1.top_k;  // every token at most once per expert
-  const int smem = kernels::mlp_slice_smem_bytes(a1.staged_rows, a1.k_tiles, tactic.warps_tokens, a1.num_experts);
-  const dim3 grid(static_cast<unsigned>(a2.k_tiles), static_cast<unsigned>(std::min(a1.num_experts, num_pairs)));
-  void* params[] = {&a1, &a2};
-  launch_programmatic(k.fc1, grid, dim3(32 * tactic.warps()), params, static_cast<size_t>(smem), stream,
-                      "mlp layer " + tactic.name() + " launch");
-}
-
 }  // namespace mxmoe

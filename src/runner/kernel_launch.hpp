@@ -33,11 +33,6 @@ bool expert_gemm_routing_itself_fits_one_wave(Stage stage, const Tactic& tactic,
 // The fused layer (a kFused tactic): FC1, FC2 and the un-permute in one launch after the routing;
 // `args.schedule` must have been zeroed by that routing.
 void launch_fused_layer(const Tactic& tactic, const kernels::FusedLayerArgs& args, int num_pairs, cudaStream_t stream);
-// The mlp layer (a kMlp tactic): FC1 and FC2 in one launch that routes the batch itself (both
-// args' route_logits set); FC2's partial sums, one per FC2 K tile, are fc2.output's splits, for
-// launch_unpermute with k_split = fc2.k_tiles.
-void launch_mlp_layer(const Tactic& tactic, const kernels::ExpertGemmArgs& fc1, const kernels::ExpertGemmArgs& fc2,
-                      int num_pairs, cudaStream_t stream);
 // `route_logits`: the batch routed itself in FC1 and FC2 (MoeRunner::routes_in_expert_kernels), so
 // the un-permute routes it again from these logits; null: it reads `route`.
 void launch_unpermute(const float* expert_out, long long split_stride, int k_split, int hidden, int top_k,

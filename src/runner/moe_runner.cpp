@@ -3,7 +3,6 @@
 
 #include <cstdint>
 #include <cstring>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -127,9 +126,7 @@ LayerPlan MoeRunner::heuristic_plan(int num_tokens) const {
 }
 
 LayerPlan MoeRunner::plan(int num_tokens) const {
-  const std::optional<LayerPlan> tuned = impl_->tuned.find(num_tokens);
-  if (tuned && plan_takes_tokens(*tuned, num_tokens, impl_->shape.top_k)) return *tuned;
-  return heuristic_plan(num_tokens);
+  return impl_->tuned.find(num_tokens).value_or(heuristic_plan(num_tokens));
 }
 
 bool MoeRunner::tuned() const { return !impl_->tuned.entries().empty(); }
@@ -149,7 +146,6 @@ void MoeRunner::prepare(int max_tokens) const {
 
 bool MoeRunner::Impl::routes_in_expert_kernels(const LayerPlan& plan, int num_tokens) const {
   if (!can_route_in_expert_kernels(plan, num_tokens, shape.top_k)) return false;
-  if (plan.mlp()) return true;  // its CTAs always route the batch
   kernels::ExpertGemmArgs fc1{};  // the launch shape's fields
   fc1.top_k = shape.top_k;
   fc1.rows = shape.fc1_rows();
@@ -198,18 +194,12 @@ void MoeRunner::Impl::run(const __nv_bfloat16* x, const float* logits, __nv_bflo
     launch_fused_layer(plan.fc1, fused, pairs, stream);
     return;
   }
-  int k_split = plan.fc2.k_split;
-  if (plan.mlp()) {  // FC1 and FC2 in one launch: stopping after either runs both
-    launch_mlp_layer(plan.fc1, fc1, fc2, pairs, stream);
-    k_split = fc2.k_tiles;  // a partial sum per FC2 K tile
-  } else {
-    launch_expert_gemm(Stage::kFc1, plan.fc1, fc1, pairs, stream);
-    if (last == ForwardPart::kFc1) return;
-    launch_expert_gemm(Stage::kFc2, plan.fc2, fc2, pairs, stream);
-  }
-  if (last == ForwardPart::kFc1 || last == ForwardPart::kFc2) return;
-  launch_unpermute(expert_out, split_stride, k_split, shape.hidden, shape.top_k, num_tokens, route, out, route_logits,
-                   shape.num_experts, stream);
+  launch_expert_gemm(Stage::kFc1, plan.fc1, fc1, pairs, stream);
+  if (last == ForwardPart::kFc1) return;
+  launch_expert_gemm(Stage::kFc2, plan.fc2, fc2, pairs, stream);
+  if (last == ForwardPart::kFc2) return;
+  launch_unpermute(expert_out, split_stride, plan.fc2.k_split, shape.hidden, shape.top_k, num_tokens, route, out,
+                   route_logits, shape.num_experts, stream);
 }
 
 namespace {
@@ -227,14 +217,6 @@ void check_forward_args(const MoeRunner& runner, const void* x, const void* out,
   }
 }
 
-void check_plan_takes_tokens(const LayerPlan& plan, int num_tokens, int top_k) {
-  if (!plan_takes_tokens(plan, num_tokens, top_k)) {
-    throw Error("forward: plan " + plan.fc1.name() + " runs at most " + std::to_string(plan.fc1.tile_tokens) +
-                " tokens and " + std::to_string(kernels::kSmallBatchPairs) + " pairs (got " + std::to_string(num_tokens) +
-                " tokens at top-" + std::to_string(top_k) + ")");
-  }
-}
-
 }  // namespace
 
 void MoeRunner::forward(const __nv_bfloat16* x, const float* router_logits, __nv_bfloat16* out, int num_tokens,
@@ -245,7 +227,6 @@ void MoeRunner::forward(const __nv_bfloat16* x, const float* router_logits, __nv
   if (num_tokens == 0) return;
   const LayerPlan chosen = plan ? *plan : this->plan(num_tokens);
   validate_plan(impl_->shape, chosen, *impl_->device.arch);
-  check_plan_takes_tokens(chosen, num_tokens, impl_->shape.top_k);
   impl_->run(x, router_logits, out, num_tokens, workspace, stream, chosen, last);
 }
 
@@ -255,7 +236,6 @@ void MoeRunner::forward(const __nv_bfloat16* x, __nv_bfloat16* out, int num_toke
   if (num_tokens == 0) return;
   const LayerPlan chosen = plan ? *plan : this->plan(num_tokens);
   validate_plan(impl_->shape, chosen, *impl_->device.arch);
-  check_plan_takes_tokens(chosen, num_tokens, impl_->shape.top_k);
   auto* logits = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace) +
                                           WorkspaceLayout::of(impl_->shape, num_tokens).logits);
   launch_router_logits(x, impl_->router_weight, impl_->router_bias, logits, num_tokens, impl_->shape.num_experts,

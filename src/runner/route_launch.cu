@@ -58,12 +58,9 @@ void launch_unpermute(const float* expert_out, long long split_stride, int k_spl
                       int num_experts, cudaStream_t stream) {
   kernels::RouteBuffers r = route;
   void* args[] = {&expert_out, &split_stride, &k_split, &hidden, &top_k, &r, &out, &route_logits, &num_tokens, &num_experts};
-  const bool lanes_over_splits = k_split > kMaxKSplit;  // an mlp plan's one split per FC2 K tile
-  const int outputs_per_cta = 8 * (lanes_over_splits ? kernels::kUnpermuteThreads / 32 : kernels::kUnpermuteThreads);
-  launch(lanes_over_splits ? reinterpret_cast<const void*>(kernels::unpermute_kernel<true>)
-                           : reinterpret_cast<const void*>(kernels::unpermute_kernel<false>),
-         dim3(static_cast<unsigned>(num_tokens), blocks(hidden, outputs_per_cta)), dim3(kernels::kUnpermuteThreads),
-         args, 0, stream, "un-permute launch");
+  launch(reinterpret_cast<const void*>(kernels::unpermute_kernel),
+         dim3(static_cast<unsigned>(num_tokens), blocks(hidden, 8 * kernels::kUnpermuteThreads)),
+         dim3(kernels::kUnpermuteThreads), args, 0, stream, "un-permute launch");
 }
 
 }  // namespace mxmoe

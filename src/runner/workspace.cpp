@@ -1,7 +1,5 @@
 #include "runner/workspace.hpp"
 
-#include <algorithm>
-
 #include "kernels/expert_gemm_args.hpp"
 #include "mxmoe/tactic.hpp"
 
@@ -29,10 +27,7 @@ WorkspaceLayout WorkspaceLayout::of(const MoeShape& shape, int num_tokens) {
   w.schedule_words = kernels::fused_schedule_words(shape.num_experts, shape.hidden);
   w.schedule = take(static_cast<size_t>(w.schedule_words) * 4);
   w.activation = take(pairs * shape.intermediate * 2);
-  // FC2's partial sums: up to kMaxKSplit, or one per FC2 K tile for an mlp plan's small batch.
-  const size_t fc2_k_tiles = static_cast<size_t>(shape.intermediate + 63) / 64;
-  const size_t splits = pairs <= kernels::kSmallBatchPairs ? std::max<size_t>(kMaxKSplit, fc2_k_tiles) : kMaxKSplit;
-  w.expert_out = take(splits * pairs * shape.hidden * 4);
+  w.expert_out = take(static_cast<size_t>(kMaxKSplit) * pairs * shape.hidden * 4);
   w.total = at;
   return w;
 }

@@ -17,14 +17,13 @@ constexpr KernelFamily kGemv = KernelFamily::kGemv;
 constexpr KernelFamily kMma = KernelFamily::kMmaTile;
 constexpr KernelFamily kRing = KernelFamily::kGemvRing;
 constexpr KernelFamily kFused = KernelFamily::kFused;
-constexpr KernelFamily kMlp = KernelFamily::kMlp;
 
 // Budgets per thread: accumulators (fp32) and dequantised weight fragments (bf16x2), each at most
 // 64 registers, so that a CTA of 8 warps keeps two CTAs' worth of registers per SM free of spills.
 constexpr int kMaxAccumulators = 64;
 constexpr int kMaxFragmentRegisters = 64;
 
-const std::array<Candidate, 35> kCandidates{{
+const std::array<Candidate, 32> kCandidates{{
     {{kRing, 64, 8, 4, 1, 6, 1}, "decode, weights by bulk copy into a 6-slot ring per warp: ~11 KB in flight, no registers"},
     {{kRing, 32, 8, 2, 1, 8, 1}, "decode, ring with small CTAs: more CTAs per SM for a 1-token step"},
     {{kRing, 128, 8, 8, 1, 4, 1}, "decode, ring with 8-warp CTAs sharing one activation staging"},
@@ -46,9 +45,6 @@ const std::array<Candidate, 35> kCandidates{{
     {{kFused, 128, 8, 8, 1, 2, 1}, "whole layer in one launch, 8-column items: the staged activations shared by 8 warps"},
     {{kFused, 64, 8, 4, 1, 4, 1}, "whole layer in one launch, deeper per-warp pipeline"},
     {{kFused, 128, 16, 8, 1, 4, 1}, "whole layer in one launch for 9-16 rows per expert: FC2 items fill FC1's last wave"},
-    {{kMlp, 128, 8, 8, 1, 2, 1}, "1-8 tokens, FC1 and FC2 per K tile in one launch: FC2's records copied in while FC1 streams"},
-    {{kMlp, 128, 8, 8, 2, 2, 1}, "mlp slice with 2 warps per FC1 column along K: twice the warps streaming FC1"},
-    {{kMlp, 128, 8, 8, 1, 4, 1}, "mlp slice, deeper FC1 pipeline: 8-16 records in flight per lane"},
     {{kMma, 64, 16, 4, 1, 4, 1}, "small tile, half height: twice the CTAs of r128 for 9-16 rows per expert"},
     {{kMma, 128, 16, 4, 1, 4, 1}, "small tile: 9-16 rows per expert"},
     {{kMma, 128, 32, 4, 1, 4, 1}, "small tile: 17-32 rows per expert"},
@@ -70,15 +66,6 @@ std::string why_invalid(const Tactic& t, const Arch& arch) {
       return "a ring GEMV CTA is one 16-row record column per warp over 8 or 16 tokens";
     }
     if (t.stages < 2 || t.stages > 16) return "2 to 16 ring slots per warp";
-    return "";
-  }
-  if (t.family == KernelFamily::kMlp) {
-    if (t.tile_rows != 16 * kernels::kMlpColumns || t.warps_rows != kernels::kMlpColumns ||
-        (t.tile_tokens != 8 && t.tile_tokens != 16)) {
-      return "an mlp CTA is 8 FC1 record columns (one FC2 K tile, one warp each along rows) over 8 or 16 tokens";
-    }
-    if (t.warps_tokens != 1 && t.warps_tokens != 2) return "1 or 2 warps along K";
-    if (t.stages < 1 || t.stages > 16) return "1 to 16 records in flight per lane";
     return "";
   }
   if (t.family == KernelFamily::kGemv || t.family == KernelFamily::kFused) {

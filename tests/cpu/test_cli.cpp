@@ -37,7 +37,8 @@ TEST(Cli, UsageErrorsExitTwoWithOneLine) {
   for (const char* args : {"frobnicate", "run --tokens 0", "run --tokens abc", "run --device tpu", "run --bogus",
                            "run --tokens", "run --model gpt-oss-7b", "run --hidden 100", "make-checkpoint --layers 2",
                            "make-checkpoint --out /tmp/x --scheme gguf", "bench --layers 4", "bench --replays 5",
-                           "bench --tokens 1,x", "bench --model gpt-oss-7b"}) {
+                           "bench --tokens 1,x", "bench --model gpt-oss-7b", "bench --plan gemv.r64",
+                           "bench --plan gemv.r64x8.w4x2.u2.k1,tiled.r128"}) {
     const auto r = test::run_cli(args);
     EXPECT_EQ(r.exit_code, 2) << args << ": " << r.err;
     expect_one_error_line(r);

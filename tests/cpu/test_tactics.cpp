@@ -108,40 +108,6 @@ TEST(ValidatePlan, FusedTacticIsTheWholeLayer) {
   EXPECT_THROW(validate_plan(shape, {fused, parse_tactic("fused.r128x8.w8x1.u2.k1")}, sm90), Error);
 }
 
-// An mlp tactic is a whole-layer plan too, and takes only a batch it can stage and route itself:
-// at most tile_tokens tokens and 32 pairs. Shapes it does not fit are refused by name.
-TEST(ValidatePlan, MlpTacticIsTheWholeLayerForSmallBatches) {
-  const MoeShape shape = model_shape("gpt-oss-120b");
-  const Arch& sm90 = arch_by_name("sm_90a");
-  const Tactic mlp = parse_tactic("mlp.r128x8.w8x2.u2.k1");
-  EXPECT_EQ(mlp.family, KernelFamily::kMlp);
-  EXPECT_EQ(mlp.name(), "mlp.r128x8.w8x2.u2.k1");
-  const LayerPlan plan{mlp, mlp};
-  EXPECT_TRUE(plan.mlp());
-  EXPECT_FALSE(plan.fused());
-  EXPECT_NO_THROW(validate_plan(shape, plan, sm90));
-  const Tactic gemv = parse_tactic("gemv.r64x8.w4x2.u2.k1");
-  EXPECT_THROW(validate_plan(shape, {mlp, gemv}, sm90), Error);
-  EXPECT_THROW(validate_plan(shape, {mlp, parse_tactic("mlp.r128x8.w8x2.u2.k2")}, sm90), Error);
-  for (int tokens : {1, 2, 8}) {
-    EXPECT_TRUE(plan_takes_tokens(plan, tokens, 4)) << tokens;
-    EXPECT_TRUE(can_route_in_expert_kernels(plan, tokens, 4)) << tokens;
-  }
-  EXPECT_FALSE(plan_takes_tokens(plan, 9, 4));
-  EXPECT_FALSE(can_route_in_expert_kernels(plan, 9, 4));
-  EXPECT_FALSE(plan_takes_tokens(plan, 8, 5));  // 40 pairs: more than one warp permutes
-  EXPECT_TRUE(plan_takes_tokens({gemv, gemv}, 4096, 4));
-  // Only 8 columns of one warp each along rows: one FC2 K tile per CTA.
-  for (const auto& entry : tactic_table("sm_90a")) {
-    if (entry.tactic.family != KernelFamily::kMlp) continue;
-    EXPECT_TRUE(entry.invalid.empty()) << entry.tactic.name() << ": " << entry.invalid;
-    EXPECT_EQ(entry.tactic.tile_rows, 128) << entry.tactic.name();
-  }
-  // 8 staged rows of x: 116 KB at H = 7200 fit sm_90a; 262 KB at H = 16384 do not.
-  EXPECT_NO_THROW(validate_plan(MoeShape{32, 4, 7200, 2880, 1}, plan, sm90));
-  EXPECT_THROW(validate_plan(MoeShape{32, 4, 16384, 2880, 1}, plan, sm90), Error);
-}
-
 // A small batch under two GEMV tactics may be routed by the expert kernels themselves (no routing
 // launch): up to 32 pairs, whatever the K split; never under another family.
 TEST(CanRouteInExpertKernels, SmallBatchUnderGemvPlansOnly) {

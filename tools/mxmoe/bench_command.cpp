@@ -39,7 +39,7 @@ constexpr OptionSpec kOptions[] = {
     {"compare", "", "also time the heuristic's plan where the tuned table chose another"},
     {"breakdown", "", "also time each stage in the graph (routing, FC1, FC2, un-permute) against its bytes"},
     {"json", "FILE", "also write every number as JSON"},
-    {"plan", "FC1[,FC2]", "time this plan instead of the runner's (one fused or mlp tactic names both stages)"},
+    {"plan", "FC1[,FC2]", "time this plan instead of the runner's (one fused tactic names both stages)"},
 };
 
 constexpr CommandSpec kSpec{
@@ -62,14 +62,13 @@ struct Row {
   double heuristic_us = 0;  // --compare: the heuristic plan's time (0 when not measured)
   // --breakdown: in-graph time of each stage (prefix differences), 0 when not measured
   // A fused plan has one stage after the routing (FC1 + FC2 + un-permute): in fc1_us, the rest 0.
-  // An mlp plan runs FC1 and FC2 in one launch: in fc1_us, fc2_us 0.
   // A batch that routes itself in FC1 and FC2 (MoeRunner::routes_in_expert_kernels) has no routing
   // stage: its routing time is in fc1_us, and routing_us is 0.
   double routing_us = 0, fc1_us = 0, fc2_us = 0, unpermute_us = 0;
-  bool fused = false, mlp = false, routing_in_fc1 = false;
+  bool fused = false, routing_in_fc1 = false;
 };
 
-// --plan: "FC1,FC2", or one whole-layer (fused or mlp) tactic for both stages.
+// --plan: "FC1,FC2", or one fused (whole-layer) tactic for both stages.
 LayerPlan parse_plan(const std::string& text) {
   const size_t comma = text.find(',');
   const Tactic fc1 = parse_tactic(text.substr(0, comma));
@@ -81,9 +80,6 @@ Row bench_tokens(const std::string& model, LayerRotation& rotation, int tokens, 
   const MoeShape& shape = rotation.shape();
   rotation.set_tokens(tokens, skewed);
   const LayerPlan plan = forced.value_or(rotation.runner().plan(tokens));
-  if (!plan_takes_tokens(plan, tokens, shape.top_k)) {
-    throw UsageError("--plan: " + plan.fc1.name() + " does not take T = " + std::to_string(tokens) + " on " + model);
-  }
   const LayerRotation::Timing timing = rotation.time(&plan, replays);
   Row row;
   row.model = model;
@@ -109,9 +105,8 @@ Row bench_tokens(const std::string& model, LayerRotation& rotation, int tokens, 
     const double routing =
         row.routing_in_fc1 ? 0.0 : rotation.time(&plan, replays, 1e30, ForwardPart::kRouting).median_us;
     row.fused = plan.fused();
-    row.mlp = plan.mlp();
     const double fc1 = row.fused ? row.us_median : rotation.time(&plan, replays, 1e30, ForwardPart::kFc1).median_us;
-    const double fc2 = row.fused || row.mlp ? fc1 : rotation.time(&plan, replays, 1e30, ForwardPart::kFc2).median_us;
+    const double fc2 = row.fused ? row.us_median : rotation.time(&plan, replays, 1e30, ForwardPart::kFc2).median_us;
     row.routing_us = routing;
     row.fc1_us = fc1 - routing;
     row.fc2_us = fc2 - fc1;
@@ -146,8 +141,7 @@ void print_table(const std::vector<Row>& rows, const Ceilings& c) {
 void print_breakdown(const std::vector<Row>& rows, const Ceilings& c) {
   if (std::none_of(rows.begin(), rows.end(), [](const Row& r) { return r.fc1_us > 0; })) return;
   std::printf("\nbreakdown (in-graph, per layer): stage us, and for FC1/FC2 the touched experts' bytes over the stage's time;\n"
-              "a fused plan's FC1 column is its one launch (FC1 + FC2 + un-permute) over both stages' bytes,\n"
-              "an mlp plan's its one launch of FC1 + FC2;\n"
+              "a fused plan's FC1 column is its one launch (FC1 + FC2 + un-permute) over both stages' bytes;\n"
               "routing 'in FC1': a small batch under a GEMV plan, routed by FC1 and FC2 themselves\n");
   std::printf("%-13s %5s %9s %9s %14s %14s %10s %9s %7s\n", "model", "T", "routing", "FC1", "FC1 TB/s", "FC2 TB/s", "FC2",
               "unpermute", "floor");
@@ -162,12 +156,6 @@ void print_breakdown(const std::vector<Row>& rows, const Ceilings& c) {
     }
     char routing[16] = "in FC1";
     if (!r.routing_in_fc1) std::snprintf(routing, sizeof(routing), "%.1f", r.routing_us);
-    if (r.mlp) {
-      std::printf("%-13s %5d %9s %9.1f %14.2f %14s %10s %9.1f %7.1f\n", r.model.c_str(), r.tokens, routing, r.fc1_us,
-                  (fc1_bytes + fc2_bytes) / (r.fc1_us * 1e-6) / 1e12, "mlp", "mlp", r.unpermute_us,
-                  r.bytes / (c.read_gbs * 1e3));
-      continue;
-    }
     std::printf("%-13s %5d %9s %9.1f %14.2f %14.2f %10.1f %9.1f %7.1f\n", r.model.c_str(), r.tokens, routing,
                 r.fc1_us, fc1_bytes / (r.fc1_us * 1e-6) / 1e12, fc2_bytes / (r.fc2_us * 1e-6) / 1e12, r.fc2_us,
                 r.unpermute_us, r.bytes / (c.read_gbs * 1e3));
@@ -200,7 +188,7 @@ void write_json(const std::string& path, const std::vector<Row>& rows, const Cei
                             {"fc2_tactic", r.fc2},         {"rel_error", r.rel_error},
                             {"moe_tokens_per_s", r.tokens_per_s}, {"heuristic_us", r.heuristic_us},
                             {"routing_us", r.routing_us}, {"fc1_us", r.fc1_us}, {"fc2_us", r.fc2_us},
-                            {"unpermute_us", r.unpermute_us}, {"fused", r.fused}, {"mlp", r.mlp},
+                            {"unpermute_us", r.unpermute_us}, {"fused", r.fused},
                             {"routing_in_fc1", r.routing_in_fc1}});
   }
   std::ofstream out(path);

@@ -91,7 +91,7 @@ int tune_command(std::span<const std::string> args) {
       const double heuristic_us = best.us;
       const auto& tactics = valid_tactics(device.arch->name);
       for (const Tactic& fc1 : tactics) {
-        if (!(fc1 == heuristic.fc1) && fc1.family != KernelFamily::kFused && fc1.family != KernelFamily::kMlp) {
+        if (!(fc1 == heuristic.fc1) && fc1.family != KernelFamily::kFused) {
           try_plan(rotation, {fc1, heuristic.fc2}, replays, best);
         }
       }
@@ -110,11 +110,8 @@ int tune_command(std::span<const std::string> args) {
           try_plan(rotation, plan, replays, best);
         }
       }
-      for (const Tactic& whole : tactics) {  // whole-layer plans: one tactic for both stages
-        const LayerPlan plan{whole, whole};
-        if ((plan.fused() || plan.mlp()) && plan_takes_tokens(plan, tokens, shape.top_k)) {
-          try_plan(rotation, plan, replays, best);
-        }
+      for (const Tactic& fused : tactics) {  // whole-layer plans: one tactic for both stages
+        if (fused.family == KernelFamily::kFused) try_plan(rotation, {fused, fused}, replays, best);
       }
       if (best.us >= 1e30) throw Error("tune: no accurate plan for " + model + " at T = " + std::to_string(tokens));
       entries[tokens] = {best.plan, best.us, heuristic_us};
