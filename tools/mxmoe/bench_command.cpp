@@ -7,8 +7,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
-#include <optional>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 
 #include "bench_ceilings.hpp"
@@ -79,7 +79,7 @@ Row bench_tokens(const std::string& model, LayerRotation& rotation, int tokens, 
                  bool compare, bool breakdown, const Ceilings& ceilings, const std::optional<LayerPlan>& forced) {
   const MoeShape& shape = rotation.shape();
   rotation.set_tokens(tokens, skewed);
-  const LayerPlan plan = forced.value_or(rotation.runner().plan(tokens));
+  const LayerPlan plan = forced ? *forced : rotation.runner().plan(tokens);
   const LayerRotation::Timing timing = rotation.time(&plan, replays);
   Row row;
   row.model = model;
