@@ -14,8 +14,6 @@ enum class KernelFamily {
   kMmaTile,  // weights and activations staged through a cp.async pipeline, tiles of 16-128 rows
   kGemvRing, // as kGemv, the weights streamed into a shared-memory ring by bulk copies
   kFused,    // the GEMV's CTAs running FC1, FC2 and the un-permute as one launch (a plan's both stages)
-  kWave,     // one token's whole layer (routing to un-permute) in one resident wave of one CTA per SM,
-             // FC2's columns copied into shared memory while FC1 streams (a plan's both stages)
 };
 
 enum class Stage { kFc1, kFc2 };
@@ -30,8 +28,7 @@ struct Tactic {
   int k_split = 1;        // K split into this many partial sums (FC2 only); a launch parameter
 
   int warps() const { return warps_rows * warps_tokens; }
-  // "gemv.r64x8.w4x1.u4.k1", "mma.r128x32.w4x1.s4.k1", "ring.r64x8.w4.s6.k1", "fused.r64x8.w4x2.u2.k1",
-  // "wave.r384x8.w24x1.u2.k1"
+  // "gemv.r64x8.w4x1.u4.k1", "mma.r128x32.w4x1.s4.k1", "ring.r64x8.w4.s6.k1", "fused.r64x8.w4x2.u2.k1"
   std::string name() const;
   // The tactic with k_split = 1: what the compiled binary depends on.
   Tactic binary() const;
@@ -41,23 +38,16 @@ struct Tactic {
 // Parses name(); throws Error naming the malformed part.
 Tactic parse_tactic(std::string_view name);
 
-// A fused or wave tactic is a whole-layer plan: it must be both stages' (k_split 1).
+// A fused tactic is a whole-layer plan: it must be both stages' (k_split 1).
 struct LayerPlan {
   Tactic fc1;
   Tactic fc2;
   bool fused() const { return fc1.family == KernelFamily::kFused; }
-  bool wave() const { return fc1.family == KernelFamily::kWave; }
 };
-
-// Whether `plan` can run `num_tokens` tokens at top-k `top_k`: every plan can, except a wave one,
-// which runs one token (at most kSmallBatchPairs slots). MoeRunner::forward refuses the others,
-// naming the rule; a tuned table's wave plan serves only T = 1.
-bool plan_takes_tokens(const LayerPlan& plan, int num_tokens, int top_k);
 
 // Whether a layer of `num_tokens` tokens at top-k `top_k` may run with no routing launch, its
 // expert kernels routing the batch themselves: a plan of two GEMV tactics and a batch small enough
-// for one warp to permute (32 pairs: T <= 8 at top-4), or a wave plan, which always does.
-// MoeRunner::routes_in_expert_kernels decides.
+// for one warp to permute (32 pairs: T <= 8 at top-4). MoeRunner::routes_in_expert_kernels decides.
 bool can_route_in_expert_kernels(const LayerPlan& plan, int num_tokens, int top_k);
 
 inline constexpr int kMaxKSplit = 4;

@@ -52,23 +52,13 @@ __device__ __forceinline__ void mbarrier_init(unsigned barrier, unsigned arrival
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(barrier), "r"(arrivals) : "memory");
 }
 __device__ __forceinline__ void fence_mbarrier_init() { asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
-// One arrival on the barrier that also expects `bytes` more transaction bytes in this phase.
-__device__ __forceinline__ void mbarrier_arrive_expect_tx(unsigned barrier, unsigned bytes) {
+__device__ __forceinline__ void bulk_copy_to_shared(unsigned destination, const void* source, unsigned bytes,
+                                                    unsigned barrier) {
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(barrier), "r"(bytes) : "memory");
-}
-// A copy whose bytes an arrival already announced (mbarrier_arrive_expect_tx).
-__device__ __forceinline__ void bulk_copy_counted(unsigned destination, const void* source, unsigned bytes,
-                                                  unsigned barrier) {
   asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
                    destination),
                "l"(source), "r"(bytes), "r"(barrier)
                : "memory");
-}
-// A copy that is its barrier phase's one arrival.
-__device__ __forceinline__ void bulk_copy_to_shared(unsigned destination, const void* source, unsigned bytes,
-                                                    unsigned barrier) {
-  mbarrier_arrive_expect_tx(barrier, bytes);
-  bulk_copy_counted(destination, source, bytes, barrier);
 }
 // Spins until the barrier's phase of parity `parity` has completed.
 __device__ __forceinline__ void mbarrier_wait(unsigned barrier, unsigned parity) {

@@ -42,24 +42,6 @@ struct FusedLayerArgs {
   int* schedule;              // fused_schedule_words(E, H): ticket, FC1 items done per slot, FC2 items done per group
 };
 
-// The one-token layer in one resident wave (expert_layer_wave.cuh): where its shared memory holds
-// what (smem_bytes.hpp, wave_layout), in bytes from the dynamic shared memory's start.
-struct WaveLayout {
-  int fc2_tiles_per_cta;             // FC2 row tiles a CTA owns at most: ceil(H / 16 / CTAs)
-  int fc1_segments, fc2_segments;    // units a warp's share of a stage's records touches at most
-  int barrier, route, scratch;       // the FC2 records' mbarrier, the routing, the stages' scratch
-  int fc1_partials, fc2_partials;    // each stage's partial sums, from `scratch` (past its staged rows)
-  int bytes;                         // the whole
-};
-
-// Its arguments: both stages' (fc1.route_logits: the token's logits; fc1.output: the activations
-// [top_k][I] bf16, one row per slot), the output row, and the layout.
-struct WaveLayerArgs {
-  ExpertGemmArgs fc1, fc2;
-  void* out;  // bf16 [1, H]
-  WaveLayout layout;
-};
-
 // The schedule's length for E experts and H hidden rows (every FC2 column group has >= 16 rows).
 constexpr int fused_schedule_words(int num_experts, int hidden) { return 1 + num_experts + (hidden + 15) / 16; }
 

@@ -19,21 +19,18 @@ inline void cuda_check(cudaError_t status, const std::string& what) {
 // Launches `kernel` with programmatic stream serialization: it may start while the previous kernel
 // on the stream drains, and waits in griddepcontrol.wait (every mxmoe kernel does) before reading
 // what that kernel wrote. Inside a CUDA graph the dependency becomes a programmatic edge.
-// `cooperative`: every CTA is resident at once, or the launch fails (a grid barrier needs it).
 inline void launch_programmatic(const void* kernel, dim3 grid, dim3 block, void** args, size_t smem,
-                                cudaStream_t stream, const std::string& what, bool cooperative = false) {
-  cudaLaunchAttribute attributes[2]{};
-  attributes[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attributes[0].val.programmaticStreamSerializationAllowed = 1;
-  attributes[1].id = cudaLaunchAttributeCooperative;
-  attributes[1].val.cooperative = 1;
+                                cudaStream_t stream, const std::string& what) {
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
   cudaLaunchConfig_t config{};
   config.gridDim = grid;
   config.blockDim = block;
   config.dynamicSmemBytes = smem;
   config.stream = stream;
-  config.attrs = attributes;
-  config.numAttrs = cooperative ? 2 : 1;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
   cuda_check(cudaLaunchKernelExC(&config, kernel, args), what);
 }
 

@@ -107,27 +107,4 @@ void launch_fused_layer(const Tactic& tactic, const kernels::FusedLayerArgs& arg
                       "fused layer " + tactic.name() + " launch");
 }
 
-void launch_wave_layer(const Tactic& tactic, const kernels::WaveLayerArgs& args, cudaStream_t stream) {
-  if (!args.fc1.route_logits || args.fc1.top_k > kernels::kSmallBatchPairs) {
-    throw Error("internal: " + tactic.name() + " routes one token of at most " +
-                std::to_string(kernels::kSmallBatchPairs) + " slots itself, from the logits");
-  }
-  const ExpertKernels& k = expert_kernels(tactic);
-  const DeviceArch d = current_device_arch();
-  const int threads = 32 * tactic.warps();
-  kernels::WaveLayerArgs a = args;
-  a.layout = kernels::wave_layout(a.fc1.num_experts, a.fc1.top_k, a.fc1.rows / 16, a.fc1.k_tiles, a.fc2.rows / 16,
-                                  a.fc2.k_tiles, d.multiprocessors, tactic.warps());
-  if (a.layout.bytes > d.arch->smem_per_block ||
-      resident_ctas(k.fc1, threads, a.layout.bytes, tactic.name()) < d.multiprocessors) {
-    throw Error("plan " + tactic.name() + ": one CTA per SM on this device's " + std::to_string(d.multiprocessors) +
-                " SMs needs " + std::to_string(a.layout.bytes) + " bytes of shared memory per CTA (" +
-                std::string(d.arch->name) + " allows " + std::to_string(d.arch->smem_per_block) +
-                "); use a GEMV plan");
-  }
-  void* params[] = {&a};
-  launch_programmatic(k.fc1, dim3(static_cast<unsigned>(d.multiprocessors)), dim3(threads), params,
-                      static_cast<size_t>(a.layout.bytes), stream, "wave layer " + tactic.name() + " launch", true);
-}
-
 }  // namespace mxmoe

@@ -33,10 +33,6 @@ bool expert_gemm_routing_itself_fits_one_wave(Stage stage, const Tactic& tactic,
 // The fused layer (a kFused tactic): FC1, FC2 and the un-permute in one launch after the routing;
 // `args.schedule` must have been zeroed by that routing.
 void launch_fused_layer(const Tactic& tactic, const kernels::FusedLayerArgs& args, int num_pairs, cudaStream_t stream);
-// The wave layer (a kWave tactic): one token's routing, FC1, FC2 and un-permute in one cooperative
-// launch of one CTA per SM; `args.fc1.route_logits` must be set. Throws Error naming the device
-// when its shared memory or multiprocessors cannot hold the CTAs' share of FC2's weights.
-void launch_wave_layer(const Tactic& tactic, const kernels::WaveLayerArgs& args, cudaStream_t stream);
 // `route_logits`: the batch routed itself in FC1 and FC2 (MoeRunner::routes_in_expert_kernels), so
 // the un-permute routes it again from these logits; null: it reads `route`.
 void launch_unpermute(const float* expert_out, long long split_stride, int k_split, int hidden, int top_k,

@@ -3,7 +3,6 @@
 
 #include <cstdint>
 #include <cstring>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -127,9 +126,7 @@ LayerPlan MoeRunner::heuristic_plan(int num_tokens) const {
 }
 
 LayerPlan MoeRunner::plan(int num_tokens) const {
-  const std::optional<LayerPlan> tuned = impl_->tuned.find(num_tokens);
-  if (tuned && plan_takes_tokens(*tuned, num_tokens, impl_->shape.top_k)) return *tuned;
-  return heuristic_plan(num_tokens);
+  return impl_->tuned.find(num_tokens).value_or(heuristic_plan(num_tokens));
 }
 
 bool MoeRunner::tuned() const { return !impl_->tuned.entries().empty(); }
@@ -149,7 +146,6 @@ void MoeRunner::prepare(int max_tokens) const {
 
 bool MoeRunner::Impl::routes_in_expert_kernels(const LayerPlan& plan, int num_tokens) const {
   if (!can_route_in_expert_kernels(plan, num_tokens, shape.top_k)) return false;
-  if (plan.wave()) return true;  // its CTAs always route the token
   kernels::ExpertGemmArgs fc1{};  // the launch shape's fields
   fc1.top_k = shape.top_k;
   fc1.rows = shape.fc1_rows();
@@ -193,10 +189,6 @@ void MoeRunner::Impl::run(const __nv_bfloat16* x, const float* logits, __nv_bflo
                               shape.hidden, shape.intermediate, fc2_geometry.k_tiles(), shape.num_experts,
                               route.expert_offsets, route.active_experts, tile_offsets(plan.fc2), expert_out,
                               split_stride, 0, route_logits, num_tokens, route};
-  if (plan.wave()) {  // the whole layer in one launch: stopping after FC1 or FC2 runs it whole
-    launch_wave_layer(plan.fc1, kernels::WaveLayerArgs{fc1, fc2, out, {}}, stream);
-    return;
-  }
   if (plan.fused()) {  // one launch from here on: stopping after FC1 or FC2 runs it whole
     const kernels::FusedLayerArgs fused{fc1, fc2, route.topk_weights, route.pair_rows, num_tokens, out, route.schedule};
     launch_fused_layer(plan.fc1, fused, pairs, stream);
@@ -225,14 +217,6 @@ void check_forward_args(const MoeRunner& runner, const void* x, const void* out,
   }
 }
 
-void check_plan_takes_tokens(const LayerPlan& plan, int num_tokens, int top_k) {
-  if (!plan_takes_tokens(plan, num_tokens, top_k)) {
-    throw Error("forward: plan " + plan.fc1.name() + " runs one token of at most " +
-                std::to_string(kernels::kSmallBatchPairs) + " slots (got " + std::to_string(num_tokens) +
-                " tokens at top-" + std::to_string(top_k) + ")");
-  }
-}
-
 }  // namespace
 
 void MoeRunner::forward(const __nv_bfloat16* x, const float* router_logits, __nv_bfloat16* out, int num_tokens,
@@ -243,7 +227,6 @@ void MoeRunner::forward(const __nv_bfloat16* x, const float* router_logits, __nv
   if (num_tokens == 0) return;
   const LayerPlan chosen = plan ? *plan : this->plan(num_tokens);
   validate_plan(impl_->shape, chosen, *impl_->device.arch);
-  check_plan_takes_tokens(chosen, num_tokens, impl_->shape.top_k);
   impl_->run(x, router_logits, out, num_tokens, workspace, stream, chosen, last);
 }
 
@@ -253,7 +236,6 @@ void MoeRunner::forward(const __nv_bfloat16* x, __nv_bfloat16* out, int num_toke
   if (num_tokens == 0) return;
   const LayerPlan chosen = plan ? *plan : this->plan(num_tokens);
   validate_plan(impl_->shape, chosen, *impl_->device.arch);
-  check_plan_takes_tokens(chosen, num_tokens, impl_->shape.top_k);
   auto* logits = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace) +
                                           WorkspaceLayout::of(impl_->shape, num_tokens).logits);
   launch_router_logits(x, impl_->router_weight, impl_->router_bias, logits, num_tokens, impl_->shape.num_experts,

@@ -48,8 +48,7 @@ struct Spelling {
 constexpr Spelling kSpellings[] = {{KernelFamily::kGemv, "gemv", true, ".u"},
                                    {KernelFamily::kGemvRing, "ring", false, ".s"},
                                    {KernelFamily::kMmaTile, "mma", true, ".s"},
-                                   {KernelFamily::kFused, "fused", true, ".u"},
-                                   {KernelFamily::kWave, "wave", true, ".u"}};
+                                   {KernelFamily::kFused, "fused", true, ".u"}};
 
 }  // namespace
 
@@ -79,7 +78,7 @@ Tactic parse_tactic(std::string_view name) {
     return rest.substr(0, s.prefix.size()) == s.prefix && rest.substr(s.prefix.size(), 1) == ".";
   });
   if (f == std::end(kSpellings)) {
-    throw Error("malformed tactic '" + std::string(name) + "': expected 'gemv.', 'ring.', 'mma.', 'fused.' or 'wave.'");
+    throw Error("malformed tactic '" + std::string(name) + "': expected 'gemv.', 'ring.', 'mma.' or 'fused.'");
   }
   rest.remove_prefix(f->prefix.size());
   Tactic t;
@@ -94,22 +93,17 @@ Tactic parse_tactic(std::string_view name) {
   return t;
 }
 
-bool plan_takes_tokens(const LayerPlan& plan, int num_tokens, int top_k) {
-  return !plan.wave() || (num_tokens == 1 && top_k <= kernels::kSmallBatchPairs);
-}
-
 bool can_route_in_expert_kernels(const LayerPlan& plan, int num_tokens, int top_k) {
-  if (plan.wave()) return plan_takes_tokens(plan, num_tokens, top_k);
   return plan.fc1.family == KernelFamily::kGemv && plan.fc2.family == KernelFamily::kGemv &&
          num_tokens * top_k <= kernels::kSmallBatchPairs;
 }
 
 void validate_plan(const MoeShape& shape, const LayerPlan& plan, const Arch& arch) {
   const auto& valid = valid_tactics(arch.name);
-  auto whole_layer = [](const Tactic& t) { return t.family == KernelFamily::kFused || t.family == KernelFamily::kWave; };
-  if ((whole_layer(plan.fc1) || whole_layer(plan.fc2)) && !(plan.fc1 == plan.fc2 && plan.fc1.k_split == 1)) {
+  if ((plan.fc1.family == KernelFamily::kFused || plan.fc2.family == KernelFamily::kFused) &&
+      !(plan.fc1 == plan.fc2 && plan.fc1.k_split == 1)) {
     throw Error("plan " + plan.fc1.name() + " + " + plan.fc2.name() +
-                ": a fused or wave tactic runs the whole layer, so it must be both stages' tactic, with k_split 1");
+                ": a fused tactic runs the whole layer, so it must be both stages' tactic, with k_split 1");
   }
   for (const auto& [tactic, stage] : {std::pair{plan.fc1, Stage::kFc1}, std::pair{plan.fc2, Stage::kFc2}}) {
     const std::string which = stage == Stage::kFc1 ? "FC1" : "FC2";

@@ -17,17 +17,13 @@ constexpr KernelFamily kGemv = KernelFamily::kGemv;
 constexpr KernelFamily kMma = KernelFamily::kMmaTile;
 constexpr KernelFamily kRing = KernelFamily::kGemvRing;
 constexpr KernelFamily kFused = KernelFamily::kFused;
-constexpr KernelFamily kWave = KernelFamily::kWave;
 
 // Budgets per thread: accumulators (fp32) and dequantised weight fragments (bf16x2), each at most
 // 64 registers, so that a CTA of 8 warps keeps two CTAs' worth of registers per SM free of spills.
 constexpr int kMaxAccumulators = 64;
 constexpr int kMaxFragmentRegisters = 64;
-// A wave tactic exists for parts whose CTA can hold ~2 FC2 columns per slot (the launch checks the
-// exact need against the device's SMs).
-constexpr int kWaveMinSmem = 200 * 1024;
 
-const std::array<Candidate, 35> kCandidates{{
+const std::array<Candidate, 32> kCandidates{{
     {{kRing, 64, 8, 4, 1, 6, 1}, "decode, weights by bulk copy into a 6-slot ring per warp: ~11 KB in flight, no registers"},
     {{kRing, 32, 8, 2, 1, 8, 1}, "decode, ring with small CTAs: more CTAs per SM for a 1-token step"},
     {{kRing, 128, 8, 8, 1, 4, 1}, "decode, ring with 8-warp CTAs sharing one activation staging"},
@@ -49,9 +45,6 @@ const std::array<Candidate, 35> kCandidates{{
     {{kFused, 128, 8, 8, 1, 2, 1}, "whole layer in one launch, 8-column items: the staged activations shared by 8 warps"},
     {{kFused, 64, 8, 4, 1, 4, 1}, "whole layer in one launch, deeper per-warp pipeline"},
     {{kFused, 128, 16, 8, 1, 4, 1}, "whole layer in one launch for 9-16 rows per expert: FC2 items fill FC1's last wave"},
-    {{kWave, 384, 8, 24, 1, 2, 1}, "one token, whole layer in one wave: FC2's columns copied into shared memory while FC1 streams"},
-    {{kWave, 256, 8, 16, 1, 2, 1}, "one-token wave with 16 warps: 128 registers each"},
-    {{kWave, 256, 8, 16, 1, 4, 1}, "one-token wave, deeper FC1 pipeline: 8-16 records in flight per lane"},
     {{kMma, 64, 16, 4, 1, 4, 1}, "small tile, half height: twice the CTAs of r128 for 9-16 rows per expert"},
     {{kMma, 128, 16, 4, 1, 4, 1}, "small tile: 9-16 rows per expert"},
     {{kMma, 128, 32, 4, 1, 4, 1}, "small tile: 17-32 rows per expert"},
@@ -67,18 +60,6 @@ const std::array<Candidate, 35> kCandidates{{
 
 // Empty when `t` can run on `arch`; otherwise the first rule it breaks.
 std::string why_invalid(const Tactic& t, const Arch& arch) {
-  if (t.family == KernelFamily::kWave) {
-    if (t.tile_tokens != 8 || t.warps_tokens != 1 || t.tile_rows != 16 * t.warps_rows) {
-      return "a wave CTA is one warp per 16-row unit of work along rows over one 8-token MMA tile";
-    }
-    if (t.warps_rows < 4 || t.warps_rows > 32) return "4 to 32 warps per wave CTA";
-    if (t.stages < 1 || t.stages > 8) return "1 to 8 records in flight per lane";
-    if (arch.smem_per_block < kWaveMinSmem) {
-      return "a wave CTA holds its share of FC2's weights in shared memory (~220 KB for gpt-oss on 132 SMs); " +
-             std::string(arch.name) + " allows " + std::to_string(arch.smem_per_block) + " bytes";
-    }
-    return "";
-  }
   if (t.warps_rows < 1 || t.warps_tokens < 1 || t.warps() > 16) return "1 to 16 warps per CTA";
   if (t.family == KernelFamily::kGemvRing) {
     if ((t.tile_tokens != 8 && t.tile_tokens != 16) || t.warps_tokens != 1 || t.tile_rows != 16 * t.warps_rows) {

@@ -27,7 +27,7 @@ TEST(TacticTable, ValidEntriesObeyTheRulesAndInvalidOnesSayWhy) {
       EXPECT_EQ(e.tactic.k_split, 1);
       if (!e.invalid.empty()) continue;
       const Tactic& t = e.tactic;
-      EXPECT_LE(t.warps(), t.family == KernelFamily::kWave ? 32 : 16);
+      EXPECT_LE(t.warps(), 16);
       if (t.family != KernelFamily::kMmaTile) {
         ++valid_gemv;
         EXPECT_EQ(t.tile_rows, 16 * t.warps_rows);
@@ -106,85 +106,6 @@ TEST(ValidatePlan, FusedTacticIsTheWholeLayer) {
   }
   EXPECT_THROW(validate_plan(shape, {fused, parse_tactic("fused.r64x8.w4x2.u2.k2")}, sm90), Error);
   EXPECT_THROW(validate_plan(shape, {fused, parse_tactic("fused.r128x8.w8x1.u2.k1")}, sm90), Error);
-}
-
-// A wave tactic is a whole-layer plan for one token: both stages, no K split, and a batch of one
-// token, which it routes itself.
-TEST(ValidatePlan, WaveTacticIsTheWholeLayerForOneToken) {
-  const MoeShape shape = model_shape("gpt-oss-120b");
-  const Arch& sm90 = arch_by_name("sm_90a");
-  const Tactic wave = parse_tactic("wave.r384x8.w24x1.u2.k1");
-  EXPECT_EQ(wave.family, KernelFamily::kWave);
-  EXPECT_EQ(wave.name(), "wave.r384x8.w24x1.u2.k1");
-  const LayerPlan plan{wave, wave};
-  EXPECT_TRUE(plan.wave());
-  EXPECT_FALSE(plan.fused());
-  EXPECT_NO_THROW(validate_plan(shape, plan, sm90));
-  const Tactic gemv = parse_tactic("gemv.r64x8.w4x2.u2.k1");
-  EXPECT_THROW(validate_plan(shape, {wave, gemv}, sm90), Error);
-  EXPECT_THROW(validate_plan(shape, {gemv, wave}, sm90), Error);
-  EXPECT_THROW(validate_plan(shape, {wave, parse_tactic("wave.r384x8.w24x1.u2.k2")}, sm90), Error);
-  EXPECT_TRUE(plan_takes_tokens(plan, 1, 4));
-  EXPECT_TRUE(can_route_in_expert_kernels(plan, 1, 4));
-  EXPECT_TRUE(plan_takes_tokens(plan, 1, 32));
-  EXPECT_FALSE(plan_takes_tokens(plan, 1, 33));  // more slots than one warp permutes
-  for (int tokens : {2, 5, 64}) {
-    EXPECT_FALSE(plan_takes_tokens(plan, tokens, 4)) << tokens;
-    EXPECT_FALSE(can_route_in_expert_kernels(plan, tokens, 4)) << tokens;
-    EXPECT_TRUE(plan_takes_tokens({gemv, gemv}, tokens, 4)) << tokens;
-  }
-  for (const auto& entry : tactic_table("sm_90a")) {
-    if (entry.tactic.family == KernelFamily::kWave) {
-      EXPECT_TRUE(entry.invalid.empty()) << entry.tactic.name();
-    }
-  }
-  for (const auto& entry : tactic_table("sm_120a")) {  // 99 KB: no room for a CTA's FC2 share
-    if (entry.tactic.family == KernelFamily::kWave) {
-      EXPECT_NE(entry.invalid.find("shared memory"), std::string::npos) << entry.tactic.name();
-    }
-  }
-}
-
-// The wave's shares: every FC1 unit in exactly one CTA, in order, and every CTA's records over both
-// stages within one FC1 column of the mean; its shared memory fits sm_90a on an H100's 132 SMs
-// for both gpt-oss shapes, and not on 64 SMs (4 FC2 tiles per CTA).
-TEST(WaveLayout, SharesCoverEveryUnitOnceAndBalance) {
-  struct Case {
-    int experts, top_k, fc1_row_tiles, fc1_k_tiles, fc2_row_tiles, fc2_k_tiles, ctas;
-  };
-  for (const Case& c : {Case{32, 4, 360, 45, 180, 45, 132}, Case{128, 4, 360, 45, 180, 45, 114},
-                        Case{5, 3, 20, 2, 6, 3, 132}, Case{300, 4, 12, 1, 4, 2, 132}, Case{8, 8, 7, 3, 500, 1, 16}}) {
-    const long long fc1_units = static_cast<long long>(c.top_k) * c.fc1_row_tiles;
-    const double mean = static_cast<double>(fc1_units * c.fc1_k_tiles +
-                                            static_cast<long long>(c.top_k) * c.fc2_row_tiles * c.fc2_k_tiles) /
-                        c.ctas;
-    int previous = 0, most = 0;
-    EXPECT_EQ(kernels::wave_fc1_unit_begin(0, c.ctas, c.top_k, c.fc1_row_tiles, c.fc1_k_tiles, c.fc2_row_tiles,
-                                           c.fc2_k_tiles),
-              0);
-    for (int cta = 1; cta <= c.ctas; ++cta) {
-      const int begin = kernels::wave_fc1_unit_begin(cta, c.ctas, c.top_k, c.fc1_row_tiles, c.fc1_k_tiles,
-                                                     c.fc2_row_tiles, c.fc2_k_tiles);
-      ASSERT_GE(begin, previous) << cta;
-      const int owned = c.fc2_row_tiles / c.ctas + (cta - 1 < c.fc2_row_tiles % c.ctas ? 1 : 0);
-      const double records = (begin - previous) * c.fc1_k_tiles + owned * c.top_k * c.fc2_k_tiles;
-      if (owned * c.top_k * c.fc2_k_tiles <= mean) {
-        EXPECT_LE(records, mean + c.fc1_k_tiles) << cta;
-      }
-      most = std::max(most, begin - previous);
-      previous = begin;
-    }
-    EXPECT_EQ(previous, fc1_units);
-    const auto layout = kernels::wave_layout(c.experts, c.top_k, c.fc1_row_tiles, c.fc1_k_tiles, c.fc2_row_tiles,
-                                             c.fc2_k_tiles, c.ctas, 24);
-    EXPECT_GE(layout.fc1_segments, 2);
-    EXPECT_GE(layout.scratch, layout.route + kernels::small_route_bytes(c.experts));
-  }
-  const Arch& sm90 = arch_by_name("sm_90a");
-  for (int experts : {32, 128}) {
-    EXPECT_LE(kernels::wave_layout(experts, 4, 360, 45, 180, 45, 132, 24).bytes, sm90.smem_per_block) << experts;
-    EXPECT_GT(kernels::wave_layout(experts, 4, 360, 45, 180, 45, 64, 24).bytes, sm90.smem_per_block) << experts;
-  }
 }
 
 // A small batch under two GEMV tactics may be routed by the expert kernels themselves (no routing

@@ -123,16 +123,14 @@ void expect_routing(const GpuResult& g, const Routing& cpu, int num_experts, con
   for (int row = 0; row < pairs; ++row) ASSERT_EQ(g.pair_rows[g.sorted_pairs[row]], row) << what;
 }
 
-// Every valid tactic of this device's arch for both stages (a fused or wave one is the whole
-// layer; a wave one only for one token), FC2 K splits (as many as FC2's K tiles allow), and the
-// runner's own choice (nullopt).
-std::vector<std::pair<std::string, std::optional<LayerPlan>>> plans_to_test(const MoeShape& shape, int tokens) {
+// Every valid tactic of this device's arch for both stages (a fused one is the whole layer), FC2
+// K splits (as many as FC2's K tiles allow), and the runner's own choice (nullopt).
+std::vector<std::pair<std::string, std::optional<LayerPlan>>> plans_to_test(const MoeShape& shape) {
   std::vector<std::pair<std::string, std::optional<LayerPlan>>> plans{{"heuristic", std::nullopt}};
   const int fc2_k_tiles = (shape.intermediate + 63) / 64;
   for (const Tactic& t : valid_tactics(current_device_arch().arch->name)) {
-    if (!plan_takes_tokens({t, t}, tokens, shape.top_k)) continue;
     plans.emplace_back(t.name(), LayerPlan{t, t});
-    if (t.family == KernelFamily::kFused || t.family == KernelFamily::kWave) continue;  // whole layer: no K split
+    if (t.family == KernelFamily::kFused) continue;  // no K split: FC1's and FC2's items share the launch
     Tactic split = t;
     split.k_split = std::min(t.family == KernelFamily::kGemv ? kMaxKSplit : 2, fc2_k_tiles);
     plans.emplace_back(t.name() + "+fc2." + split.name(), LayerPlan{t, split});
@@ -156,7 +154,7 @@ TEST_P(GpuLayer, EveryTacticMatchesTheReference) {
   const std::vector<Bf16> x = make_activations(c.tokens, c.shape.hidden, 1000 + c.tokens);
   const std::vector<float> logits = router_logits(layer.weights, x, c.tokens);
   const ReferenceResult ref = reference_forward_from_logits(layer.weights, x, c.tokens, logits);
-  for (const auto& [name, plan] : plans_to_test(c.shape, c.tokens)) {
+  for (const auto& [name, plan] : plans_to_test(c.shape)) {
     const GpuResult g = run_gpu(*layer.runner, x, c.tokens, &logits, plan ? &*plan : nullptr);
     expect_routing(g, ref.routing, c.shape.num_experts, name);
     expect_close(g.out, ref.out, name);
@@ -194,7 +192,7 @@ TEST_P(GpuSkewed, AllTokensOnOneExpert) {
   std::vector<float> logits = random_logits(tokens, shape.num_experts, 78);
   for (int t = 0; t < tokens; ++t) logits[static_cast<size_t>(t) * shape.num_experts] = 10.0f;
   const ReferenceResult ref = reference_forward_from_logits(layer.weights, x, tokens, logits);
-  for (const auto& [name, plan] : plans_to_test(shape, tokens)) {
+  for (const auto& [name, plan] : plans_to_test(shape)) {
     const GpuResult g = run_gpu(*layer.runner, x, tokens, &logits, plan ? &*plan : nullptr);
     EXPECT_EQ(g.expert_counts[0], tokens);
     expect_routing(g, ref.routing, shape.num_experts, name);
@@ -206,24 +204,23 @@ INSTANTIATE_TEST_SUITE_P(Tokens, GpuSkewed, ::testing::Values(1, 9, 100, 512));
 
 // Logits full of ties: a few values (+0 and -0 among them, which tie), NaN and -inf (which rank
 // below every number and tie with each other), so that most picks are decided by the lower-expert
-// rule. Small batches route in the expert kernels (a GEMV or a wave plan), in the routing kernel's
-// one-warp path (a fused plan), and larger ones in its general path.
+// rule. Small batches route in the expert kernels, in the routing kernel's one-warp path (a fused
+// plan), and larger ones in its general path.
 TEST(GpuLayerRouting, TiesNanAndSignedZerosRankAsTheReference) {
   MXMOE_REQUIRE_GPU();
   const MoeShape shape = model_shape("gpt-oss-20b");
   const auto& layer = test::test_layer(shape, 17);
   const float values[] = {1.0f, 0.5f, 0.0f, -0.0f, -0.5f, NAN, -INFINITY};
-  const Tactic fused = parse_tactic("fused.r128x8.w8x1.u2.k1"), wave = parse_tactic("wave.r384x8.w24x1.u2.k1");
-  const LayerPlan fused_plan{fused, fused}, wave_plan{wave, wave};
+  const Tactic fused = parse_tactic("fused.r128x8.w8x1.u2.k1");
+  const LayerPlan fused_plan{fused, fused};
   for (int tokens : {1, 5, 8, 40}) {
     SplitMix64 rng(600 + tokens);
     std::vector<float> logits(static_cast<size_t>(tokens) * shape.num_experts);
     for (auto& v : logits) v = values[rng.below(std::size(values))];
     const std::vector<Bf16> x = make_activations(tokens, shape.hidden, 700 + tokens);
     const ReferenceResult ref = reference_forward_from_logits(layer.weights, x, tokens, logits);
-    for (const LayerPlan* plan : {static_cast<const LayerPlan*>(nullptr), &fused_plan, &wave_plan}) {
-      if (plan && !plan_takes_tokens(*plan, tokens, shape.top_k)) continue;
-      const std::string what = "T=" + std::to_string(tokens) + " " + (plan ? plan->fc1.name() : "heuristic");
+    for (const LayerPlan* plan : {static_cast<const LayerPlan*>(nullptr), &fused_plan}) {
+      const std::string what = "T=" + std::to_string(tokens) + (plan ? " fused" : " heuristic");
       const GpuResult g = run_gpu(*layer.runner, x, tokens, &logits, plan);
       expect_routing(g, ref.routing, shape.num_experts, what);
       expect_close(g.out, ref.out, what);
@@ -242,9 +239,6 @@ TEST(GpuLayerRouting, SelfRoutedOnlyWhenFc1FitsOneWave) {
   EXPECT_FALSE(layer.runner->routes_in_expert_kernels({gemv, gemv}, 8));  // 32 slots: 1440 CTAs
   EXPECT_FALSE(layer.runner->routes_in_expert_kernels({gemv, gemv}, 9));  // 36 pairs
   EXPECT_FALSE(layer.runner->routes_in_expert_kernels({fused, fused}, 1));
-  const Tactic wave = parse_tactic("wave.r384x8.w24x1.u2.k1");  // routes its one token itself
-  EXPECT_TRUE(layer.runner->routes_in_expert_kernels({wave, wave}, 1));
-  EXPECT_FALSE(layer.runner->routes_in_expert_kernels({wave, wave}, 2));
 }
 
 TEST(GpuLayerRouter, LogitsFromTheRouterWeights) {
@@ -270,33 +264,30 @@ TEST(GpuLayerDeterminism, BitIdenticalRunAfterRun) {
   for (const char* model : {"gpt-oss-20b", "gpt-oss-120b"}) {
     const MoeShape shape = model_shape(model);
     const auto& layer = test::test_layer(shape, 17);
-    for (const int tokens : {1, 255}) {
-      const std::vector<Bf16> x = make_activations(tokens, shape.hidden, 9);
-      const std::vector<float> logits = random_logits(tokens, shape.num_experts, 10);
-      for (const auto& [name, plan] : plans_to_test(shape, tokens)) {
-        const GpuResult a = run_gpu(*layer.runner, x, tokens, &logits, plan ? &*plan : nullptr);
-        const GpuResult b = run_gpu(*layer.runner, x, tokens, &logits, plan ? &*plan : nullptr);
-        ASSERT_TRUE(std::equal(a.out.begin(), a.out.end(), b.out.begin(),
-                               [](Bf16 p, Bf16 q) { return p.bits == q.bits; }))
-            << model << " T=" << tokens << " " << name;
-        EXPECT_EQ(a.sorted_pairs, b.sorted_pairs);
-      }
+    const int tokens = 255;
+    const std::vector<Bf16> x = make_activations(tokens, shape.hidden, 9);
+    const std::vector<float> logits = random_logits(tokens, shape.num_experts, 10);
+    for (const auto& [name, plan] : plans_to_test(shape)) {
+      const GpuResult a = run_gpu(*layer.runner, x, tokens, &logits, plan ? &*plan : nullptr);
+      const GpuResult b = run_gpu(*layer.runner, x, tokens, &logits, plan ? &*plan : nullptr);
+      ASSERT_TRUE(std::equal(a.out.begin(), a.out.end(), b.out.begin(),
+                             [](Bf16 p, Bf16 q) { return p.bits == q.bits; }))
+          << model << " " << name;
+      EXPECT_EQ(a.sorted_pairs, b.sorted_pairs);
     }
   }
 }
 
-// The runner's own plan and the whole-layer ones (fused; wave, for one token); the workspace is
-// poisoned before every replay, so the fused launch's counters must be zeroed inside the graph,
-// and no kernel may read a workspace word it did not write in the same replay.
+// The runner's own plan and a fused (whole-layer) one; the workspace is poisoned before every
+// replay, so the fused launch's counters must be zeroed inside the graph.
 TEST(GpuLayerGraph, CapturedForwardReplaysExactly) {
   MXMOE_REQUIRE_GPU();
   const MoeShape shape = model_shape("gpt-oss-20b");
   const auto& layer = test::test_layer(shape, 17);
-  const Tactic fused = parse_tactic("fused.r128x8.w8x1.u2.k1"), wave = parse_tactic("wave.r384x8.w24x1.u2.k1");
-  const LayerPlan fused_plan{fused, fused}, wave_plan{wave, wave};
-  for (const LayerPlan* plan : {static_cast<const LayerPlan*>(nullptr), &fused_plan, &wave_plan}) {
+  const Tactic fused = parse_tactic("fused.r128x8.w8x1.u2.k1");
+  const LayerPlan fused_plan{fused, fused};
+  for (const LayerPlan* plan : {static_cast<const LayerPlan*>(nullptr), &fused_plan}) {
     for (int tokens : {1, 8, 200}) {
-      if (plan && !plan_takes_tokens(*plan, tokens, shape.top_k)) continue;
       const std::vector<Bf16> x = make_activations(tokens, shape.hidden, 31);
       const std::vector<float> logits = random_logits(tokens, shape.num_experts, 32);
       const GpuResult direct = run_gpu(*layer.runner, x, tokens, &logits, plan);
@@ -328,8 +319,8 @@ TEST(GpuLayerGraph, CapturedForwardReplaysExactly) {
         auto same = [](const std::vector<Bf16>& p, const std::vector<Bf16>& q) {
           return std::equal(p.begin(), p.end(), q.begin(), [](Bf16 u, Bf16 v) { return u.bits == v.bits; });
         };
-        EXPECT_TRUE(same(a, direct.out)) << tokens << " " << (plan ? plan->fc1.name() : "heuristic");
-        EXPECT_TRUE(same(b, direct_router.out)) << tokens << " " << (plan ? plan->fc1.name() : "heuristic");
+        EXPECT_TRUE(same(a, direct.out)) << tokens << (plan ? " fused" : "");
+        EXPECT_TRUE(same(b, direct_router.out)) << tokens << (plan ? " fused" : "");
       }
       cudaGraphExecDestroy(exec);
       cudaGraphDestroy(graph);
@@ -362,15 +353,6 @@ TEST(GpuLayerArguments, BadArgumentsThrowBeforeAnyLaunch) {
   bad.fc2.tile_rows = 48;  // not compiled
   EXPECT_THROW(runner.forward(xp, logits.get(), op, tokens, workspace.get(), workspace.size(), nullptr, &bad), Error);
   EXPECT_NO_THROW(runner.forward(xp, logits.get(), op, 0, workspace.get(), workspace.size(), nullptr));
-  // A wave plan runs one token: more are refused by name, not run wrong.
-  const Tactic wave = parse_tactic("wave.r384x8.w24x1.u2.k1");
-  const LayerPlan wave_plan{wave, wave};
-  try {
-    runner.forward(xp, logits.get(), op, tokens, workspace.get(), workspace.size(), nullptr, &wave_plan);
-    ADD_FAILURE() << "a wave plan ran " << tokens << " tokens";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("runs one token"), std::string::npos) << e.what();
-  }
 }
 
 TEST(GpuDequant, EveryCodeUnderEveryScaleMatchesTheCpuDecoder) {

@@ -61,15 +61,14 @@ struct Row {
   double tokens_per_s = 0;
   double heuristic_us = 0;  // --compare: the heuristic plan's time (0 when not measured)
   // --breakdown: in-graph time of each stage (prefix differences), 0 when not measured
-  // A fused plan has one stage after the routing (FC1 + FC2 + un-permute): in fc1_us, the rest 0;
-  // so has a wave plan, whose one launch also routes.
+  // A fused plan has one stage after the routing (FC1 + FC2 + un-permute): in fc1_us, the rest 0.
   // A batch that routes itself in FC1 and FC2 (MoeRunner::routes_in_expert_kernels) has no routing
   // stage: its routing time is in fc1_us, and routing_us is 0.
   double routing_us = 0, fc1_us = 0, fc2_us = 0, unpermute_us = 0;
-  bool fused = false, wave = false, routing_in_fc1 = false;
+  bool fused = false, routing_in_fc1 = false;
 };
 
-// --plan: "FC1,FC2", or one whole-layer (fused, wave) tactic for both stages.
+// --plan: "FC1,FC2", or one fused (whole-layer) tactic for both stages.
 LayerPlan parse_plan(const std::string& text) {
   const size_t comma = text.find(',');
   const Tactic fc1 = parse_tactic(text.substr(0, comma));
@@ -106,10 +105,8 @@ Row bench_tokens(const std::string& model, LayerRotation& rotation, int tokens, 
     const double routing =
         row.routing_in_fc1 ? 0.0 : rotation.time(&plan, replays, 1e30, ForwardPart::kRouting).median_us;
     row.fused = plan.fused();
-    row.wave = plan.wave();
-    const bool one_launch = row.fused || row.wave;
-    const double fc1 = one_launch ? row.us_median : rotation.time(&plan, replays, 1e30, ForwardPart::kFc1).median_us;
-    const double fc2 = one_launch ? row.us_median : rotation.time(&plan, replays, 1e30, ForwardPart::kFc2).median_us;
+    const double fc1 = row.fused ? row.us_median : rotation.time(&plan, replays, 1e30, ForwardPart::kFc1).median_us;
+    const double fc2 = row.fused ? row.us_median : rotation.time(&plan, replays, 1e30, ForwardPart::kFc2).median_us;
     row.routing_us = routing;
     row.fc1_us = fc1 - routing;
     row.fc2_us = fc2 - fc1;
@@ -144,20 +141,16 @@ void print_table(const std::vector<Row>& rows, const Ceilings& c) {
 void print_breakdown(const std::vector<Row>& rows, const Ceilings& c) {
   if (std::none_of(rows.begin(), rows.end(), [](const Row& r) { return r.fc1_us > 0; })) return;
   std::printf("\nbreakdown (in-graph, per layer): stage us, and for FC1/FC2 the touched experts' bytes over the stage's time;\n"
-              "a fused plan's FC1 column is its one launch (FC1 + FC2 + un-permute) over both stages' bytes,\n"
-              "a wave plan's its one launch (routing + FC1 + FC2 + un-permute);\n"
+              "a fused plan's FC1 column is its one launch (FC1 + FC2 + un-permute) over both stages' bytes;\n"
               "routing 'in FC1': a small batch under a GEMV plan, routed by FC1 and FC2 themselves\n");
   std::printf("%-13s %5s %9s %9s %14s %14s %10s %9s %7s\n", "model", "T", "routing", "FC1", "FC1 TB/s", "FC2 TB/s", "FC2",
               "unpermute", "floor");
   for (const auto& r : rows) {
     const MoeShape s = model_shape(r.model);
     const double fc1_bytes = r.touched_experts * s.fc1_bytes_per_expert(), fc2_bytes = r.touched_experts * s.fc2_bytes_per_expert();
-    if (r.fused || r.wave) {
-      const char* family = r.wave ? "wave" : "fused";
-      char routing[16] = "wave";
-      if (r.fused) std::snprintf(routing, sizeof(routing), "%.1f", r.routing_us);
-      std::printf("%-13s %5d %9s %9.1f %14.2f %14s %10s %9s %7.1f\n", r.model.c_str(), r.tokens, routing, r.fc1_us,
-                  (fc1_bytes + fc2_bytes) / (r.fc1_us * 1e-6) / 1e12, family, family, family,
+    if (r.fused) {
+      std::printf("%-13s %5d %9.1f %9.1f %14.2f %14s %10s %9s %7.1f\n", r.model.c_str(), r.tokens, r.routing_us, r.fc1_us,
+                  (fc1_bytes + fc2_bytes) / (r.fc1_us * 1e-6) / 1e12, "fused", "fused", "fused",
                   r.bytes / (c.read_gbs * 1e3));
       continue;
     }
@@ -195,7 +188,7 @@ void write_json(const std::string& path, const std::vector<Row>& rows, const Cei
                             {"fc2_tactic", r.fc2},         {"rel_error", r.rel_error},
                             {"moe_tokens_per_s", r.tokens_per_s}, {"heuristic_us", r.heuristic_us},
                             {"routing_us", r.routing_us}, {"fc1_us", r.fc1_us}, {"fc2_us", r.fc2_us},
-                            {"unpermute_us", r.unpermute_us}, {"fused", r.fused}, {"wave", r.wave},
+                            {"unpermute_us", r.unpermute_us}, {"fused", r.fused},
                             {"routing_in_fc1", r.routing_in_fc1}});
   }
   std::ofstream out(path);

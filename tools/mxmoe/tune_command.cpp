@@ -4,8 +4,7 @@
 // never slower than it in the sweep's own measurement.
 //
 // The sweep is coordinate-wise: FC1's tactic with FC2 at the heuristic's choice, then FC2's tactic
-// and K split with FC1 at its winner; then every whole-layer (fused, wave) tactic that takes the
-// batch, unless this device cannot launch it (a wave's FC2 share per SM). A candidate whose
+// and K split with FC1 at its winner; then every fused (whole-layer) tactic. A candidate whose
 // first replay takes more than 3 times the best so far is not replayed further.
 #include <cstdio>
 
@@ -92,7 +91,7 @@ int tune_command(std::span<const std::string> args) {
       const double heuristic_us = best.us;
       const auto& tactics = valid_tactics(device.arch->name);
       for (const Tactic& fc1 : tactics) {
-        if (!(fc1 == heuristic.fc1) && fc1.family != KernelFamily::kFused && fc1.family != KernelFamily::kWave) {
+        if (!(fc1 == heuristic.fc1) && fc1.family != KernelFamily::kFused) {
           try_plan(rotation, {fc1, heuristic.fc2}, replays, best);
         }
       }
@@ -111,14 +110,8 @@ int tune_command(std::span<const std::string> args) {
           try_plan(rotation, plan, replays, best);
         }
       }
-      for (const Tactic& whole : tactics) {  // whole-layer plans: one tactic for both stages
-        const LayerPlan plan{whole, whole};
-        if (!(plan.fused() || plan.wave()) || !plan_takes_tokens(plan, tokens, shape.top_k)) continue;
-        try {
-          try_plan(rotation, plan, replays, best);
-        } catch (const Error& e) {
-          std::printf("    %-24s %-24s skipped: %s\n", plan.fc1.name().c_str(), plan.fc2.name().c_str(), e.what());
-        }
+      for (const Tactic& fused : tactics) {  // whole-layer plans: one tactic for both stages
+        if (fused.family == KernelFamily::kFused) try_plan(rotation, {fused, fused}, replays, best);
       }
       if (best.us >= 1e30) throw Error("tune: no accurate plan for " + model + " at T = " + std::to_string(tokens));
       entries[tokens] = {best.plan, best.us, heuristic_us};
