@@ -39,7 +39,7 @@ struct ExpertLaunch {
 
 // `routes_itself`: the kernel routes a small batch itself (args.route_logits), which takes shared memory.
 ExpertLaunch expert_launch(const Tactic& tactic, const kernels::ExpertGemmArgs& args, int num_pairs, bool routes_itself) {
-  if (routes_itself && (tactic.family != KernelFamily::kGemv || num_pairs > kernels::kSmallBatchPairs)) {
+  if (routes_itself && !can_route_in_expert_kernels({tactic, tactic}, num_pairs / args.top_k, args.top_k)) {
     throw Error("internal: " + tactic.name() + " cannot route " + std::to_string(num_pairs) +
                 " pairs itself (only GEMV tactics do, up to " + std::to_string(kernels::kSmallBatchPairs) + ")");
   }
