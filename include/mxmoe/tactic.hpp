@@ -14,6 +14,7 @@ enum class KernelFamily {
   kMmaTile,  // weights and activations staged through a cp.async pipeline, tiles of 16-128 rows
   kGemvRing, // as kGemv, the weights streamed into a shared-memory ring by bulk copies
   kFused,    // the GEMV's CTAs running FC1, FC2 and the un-permute as one launch (a plan's both stages)
+  kGemvStreamK,  // as kGemv, one CTA per SM, each taking an equal share of the layer's records (stream-K)
 };
 
 enum class Stage { kFc1, kFc2 };
@@ -28,7 +29,8 @@ struct Tactic {
   int k_split = 1;        // K split into this many partial sums (FC2 only); a launch parameter
 
   int warps() const { return warps_rows * warps_tokens; }
-  // "gemv.r64x8.w4x1.u4.k1", "mma.r128x32.w4x1.s4.k1", "ring.r64x8.w4.s6.k1", "fused.r64x8.w4x2.u2.k1"
+  // "gemv.r64x8.w4x1.u4.k1", "mma.r128x32.w4x1.s4.k1", "ring.r64x8.w4.s6.k1", "fused.r64x8.w4x2.u2.k1",
+  // "sk.r384x8.w24.u2.k1"
   std::string name() const;
   // The tactic with k_split = 1: what the compiled binary depends on.
   Tactic binary() const;

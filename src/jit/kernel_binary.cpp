@@ -33,6 +33,10 @@ CompileRequest compile_request(const Tactic& tactic, const Arch& arch) {
       r.name_expressions.push_back("&mxmoe::kernels::expert_layer_fused_kernel<" + n + ", " +
                                    std::to_string(t.warps_tokens) + ", " + std::to_string(t.tile_tokens) + ", " +
                                    std::to_string(t.stages) + ">");
+    } else if (t.family == KernelFamily::kGemvStreamK) {
+      r.source = "#include \"kernels/expert_gemv_streamk.cuh\"\n";
+      r.name_expressions.push_back("&mxmoe::kernels::expert_gemv_streamk_kernel<" + n + ", " +
+                                   std::to_string(t.tile_tokens) + ", " + fc1 + ", " + std::to_string(t.stages) + ">");
     } else if (t.family == KernelFamily::kGemv) {
       r.source = "#include \"kernels/expert_gemv.cuh\"\n";
       r.name_expressions.push_back("&mxmoe::kernels::expert_gemv_kernel<" + n + ", " + std::to_string(t.warps_tokens) +

@@ -29,7 +29,18 @@ struct ExpertGemmArgs {
   const float* route_logits;
   int num_tokens;
   RouteBuffers route;
+  // The stream-K GEMV (expert_gemv_streamk.cuh): per CTA, the partial sums of its first piece
+  // (threads x tokens / 2 floats) and a flag that they are written (zero between launches).
+  float* stream_partials;
+  int* stream_flags;
 };
+
+// The stream-K GEMV runs at most this many CTAs (one per SM); the workspace holds per stage that
+// many flags, after the fused layer's schedule, and partial sums of up to kMaxStreamThreads x 16
+// tokens / 2 floats each.
+constexpr int kMaxStreamCtas = 192;
+constexpr int kMaxStreamThreads = 768;
+constexpr int kStreamPartialFloats = kMaxStreamThreads * 8;
 
 // The fused decode layer (expert_layer_fused.cuh): both stages' arguments, the un-permute's inputs,
 // and the schedule's counters, which the routing zeroes.

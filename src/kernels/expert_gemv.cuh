@@ -56,6 +56,21 @@ __device__ __forceinline__ void multiply_batch(float (&acc)[kTokens / 8][4], con
   }
 }
 
+// A warp's records [first, end) of `column` into `acc`, two batches in flight; `batch_a` holds the
+// first batch's loads already.
+template <int kTokens, int kUnroll>
+__device__ __forceinline__ void stream_records(float (&acc)[kTokens / 8][4], RecordBatch<kUnroll>& batch_a,
+                                               RecordBatch<kUnroll>& batch_b, const unsigned char* column, int first,
+                                               int end, const unsigned (&b_rows)[kTokens / 8]) {
+  const int lane = threadIdx.x % 32;
+  for (int i = first; i < end; i += 2 * kUnroll) {
+    batch_b.load(column, i + kUnroll, end, true, lane);
+    multiply_batch<kTokens>(acc, batch_a, i, end, b_rows);
+    batch_a.load(column, i + 2 * kUnroll, end, true, lane);
+    multiply_batch<kTokens>(acc, batch_b, i + kUnroll, end, b_rows);
+  }
+}
+
 // A shallow pipeline (kUnroll <= 2) is held to 80 registers, so that an SM holds 24 of its warps
 // (768 threads); deeper ones take what they need (~100-125 registers, 16 warps).
 template <int kColumns, int kWarpsK, int kUnroll>
@@ -96,14 +111,7 @@ __device__ __forceinline__ void gemv_columns(const ExpertGemmArgs& args, const G
     __syncthreads();
 
     float acc[kTokens / 8][4] = {};
-    if (streams) {
-      for (int i = first_record; i < end_record; i += 2 * kUnroll) {
-        batch_b.load(column, i + kUnroll, end_record, true, lane);
-        multiply_batch<kTokens>(acc, batch_a, i, end_record, b_rows);
-        batch_a.load(column, i + 2 * kUnroll, end_record, true, lane);
-        multiply_batch<kTokens>(acc, batch_b, i + kUnroll, end_record, b_rows);
-      }
-    }
+    if (streams) stream_records<kTokens>(acc, batch_a, batch_b, column, first_record, end_record, b_rows);
     if constexpr (kWarpsK > 1) {
       float* mine = partial + ((k_part - 1) * kColumns + column_in_cta) * 32 * kAccumulators + lane * kAccumulators;
       if (k_part > 0) {

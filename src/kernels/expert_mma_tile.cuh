@@ -48,12 +48,7 @@ __global__ void __launch_bounds__(kWarpsRows * kWarpsTokens * 32)
   // Which expert and which of its token tiles this CTA owns.
   const int tile = blockIdx.x;
   if (tile >= args.tile_offsets[args.num_experts]) return;
-  int lo = 0, hi = args.num_experts - 1;  // the expert e with tile_offsets[e] <= tile < tile_offsets[e + 1]
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) / 2;
-    if (args.tile_offsets[mid] <= tile) lo = mid; else hi = mid - 1;
-  }
-  const int expert = lo;
+  const int expert = expert_of_tile(args, tile);
   const int first_row = args.expert_offsets[expert] + (tile - args.tile_offsets[expert]) * kTileTokens;
   const int tokens = min(kTileTokens, args.expert_offsets[expert + 1] - first_row);
   const int row_tiles = args.rows / kRecordRows;

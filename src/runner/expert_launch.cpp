@@ -54,6 +54,8 @@ ExpertLaunch expert_launch(const Tactic& tactic, const kernels::ExpertGemmArgs& 
     l.grid = dim3((row_tiles + columns - 1) / columns, max_active, static_cast<unsigned>(k_split));
     l.smem = kernels::ring_smem_bytes(tactic.tile_tokens, a.staged_rows, args.k_tiles, k_split, tactic.warps_rows,
                                       tactic.stages);
+  } else if (tactic.family == KernelFamily::kGemvStreamK) {  // grid: the resident CTAs (launch_expert_gemm)
+    l.smem = kernels::gemv_smem_bytes(tactic.tile_tokens, a.staged_rows, args.k_tiles, 1, tactic.warps_rows, 1);
   } else if (tactic.family == KernelFamily::kGemv) {
     const unsigned columns = static_cast<unsigned>(tactic.warps_rows);
     l.grid = dim3((row_tiles + columns - 1) / columns, max_active, static_cast<unsigned>(k_split));
@@ -83,9 +85,15 @@ void launch_expert_gemm(Stage stage, const Tactic& tactic, const kernels::Expert
                         cudaStream_t stream) {
   const ExpertKernels& k = expert_kernels(tactic);
   ExpertLaunch l = expert_launch(tactic, args, num_pairs, args.route_logits != nullptr);
+  const void* kernel = stage == Stage::kFc1 ? k.fc1 : k.fc2;
+  if (tactic.family == KernelFamily::kGemvStreamK) {  // every CTA resident at once: they wait on each other
+    const long long resident = resident_ctas(kernel, 32 * tactic.warps(), l.smem, tactic.name());
+    if (resident < 1) throw Error(tactic.name() + ": no CTA fits an SM (" + std::to_string(l.smem) + " bytes of shared memory)");
+    l.grid = dim3(static_cast<unsigned>(std::min<long long>(resident, kernels::kMaxStreamCtas)));
+  }
   int k_split = tactic.k_split;
   void* params[] = {&l.args, &k_split};
-  launch_programmatic(stage == Stage::kFc1 ? k.fc1 : k.fc2, l.grid, dim3(32 * tactic.warps()), params,
+  launch_programmatic(kernel, l.grid, dim3(32 * tactic.warps()), params,
                       static_cast<size_t>(l.smem), stream,
                       std::string(stage == Stage::kFc1 ? "FC1 " : "FC2 ") + tactic.name() + " launch");
 }

@@ -38,7 +38,7 @@ int take_number(std::string_view& text, std::string_view prefix, std::string_vie
 }
 
 // Every family's name is <family>.r<rows>x<tokens>.w<warps>[x<warps>].<stage letter><n>.k<split>;
-// the ring has one warp per column, so no second warp count.
+// the ring and the stream-K GEMV have one warp per column, so no second warp count.
 struct Spelling {
   KernelFamily family;
   std::string_view prefix;
@@ -48,7 +48,8 @@ struct Spelling {
 constexpr Spelling kSpellings[] = {{KernelFamily::kGemv, "gemv", true, ".u"},
                                    {KernelFamily::kGemvRing, "ring", false, ".s"},
                                    {KernelFamily::kMmaTile, "mma", true, ".s"},
-                                   {KernelFamily::kFused, "fused", true, ".u"}};
+                                   {KernelFamily::kFused, "fused", true, ".u"},
+                                   {KernelFamily::kGemvStreamK, "sk", false, ".u"}};
 
 }  // namespace
 
@@ -78,7 +79,7 @@ Tactic parse_tactic(std::string_view name) {
     return rest.substr(0, s.prefix.size()) == s.prefix && rest.substr(s.prefix.size(), 1) == ".";
   });
   if (f == std::end(kSpellings)) {
-    throw Error("malformed tactic '" + std::string(name) + "': expected 'gemv.', 'ring.', 'mma.' or 'fused.'");
+    throw Error("malformed tactic '" + std::string(name) + "': expected 'gemv.', 'ring.', 'mma.', 'fused.' or 'sk.'");
   }
   rest.remove_prefix(f->prefix.size());
   Tactic t;
@@ -111,10 +112,12 @@ void validate_plan(const MoeShape& shape, const LayerPlan& plan, const Arch& arc
       throw Error(which + " tactic " + tactic.name() + " is not in the " + std::string(arch.name) + " tactic table");
     }
     const int k_tiles = ((stage == Stage::kFc1 ? shape.hidden : shape.intermediate) + 63) / 64;
-    const int max_split = stage == Stage::kFc1 ? 1 : std::min(kMaxKSplit, k_tiles);
+    const bool stream_k = tactic.family == KernelFamily::kGemvStreamK;
+    const int max_split = stage == Stage::kFc1 || stream_k ? 1 : std::min(kMaxKSplit, k_tiles);
     if (tactic.k_split < 1 || tactic.k_split > max_split) {
       throw Error(which + " tactic " + tactic.name() + ": k_split must be in [1, " + std::to_string(max_split) + "]" +
-                  (stage == Stage::kFc1 ? " (FC1's SwiGLU needs whole sums)" : ""));
+                  (stream_k ? " (a stream-K GEMV splits K itself)"
+                   : stage == Stage::kFc1 ? " (FC1's SwiGLU needs whole sums)" : ""));
     }
     const int fc1_k_tiles = (shape.hidden + 63) / 64, fc2_k_tiles = (shape.intermediate + 63) / 64;
     const int smem =
@@ -125,6 +128,7 @@ void validate_plan(const MoeShape& shape, const LayerPlan& plan, const Arch& arc
             ? kernels::small_route_offset(kernels::gemv_smem_bytes(tactic.tile_tokens, tactic.tile_tokens, k_tiles,
                                                                    tactic.k_split, tactic.warps_rows, tactic.warps_tokens)) +
                   kernels::small_route_bytes(shape.num_experts)
+        : stream_k ? kernels::gemv_smem_bytes(tactic.tile_tokens, tactic.tile_tokens, k_tiles, 1, tactic.warps_rows, 1)
         : tactic.family == KernelFamily::kGemvRing
             ? kernels::ring_smem_bytes(tactic.tile_tokens, tactic.tile_tokens, k_tiles, tactic.k_split,
                                        tactic.warps_rows, tactic.stages)

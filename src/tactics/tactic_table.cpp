@@ -2,6 +2,7 @@
 #include <array>
 
 #include "jit/arch.hpp"
+#include "kernels/expert_gemm_args.hpp"
 #include "kernels/smem_bytes.hpp"
 #include "mxmoe/tactic.hpp"
 
@@ -17,13 +18,14 @@ constexpr KernelFamily kGemv = KernelFamily::kGemv;
 constexpr KernelFamily kMma = KernelFamily::kMmaTile;
 constexpr KernelFamily kRing = KernelFamily::kGemvRing;
 constexpr KernelFamily kFused = KernelFamily::kFused;
+constexpr KernelFamily kStreamK = KernelFamily::kGemvStreamK;
 
 // Budgets per thread: accumulators (fp32) and dequantised weight fragments (bf16x2), each at most
 // 64 registers, so that a CTA of 8 warps keeps two CTAs' worth of registers per SM free of spills.
 constexpr int kMaxAccumulators = 64;
 constexpr int kMaxFragmentRegisters = 64;
 
-const std::array<Candidate, 32> kCandidates{{
+const std::array<Candidate, 36> kCandidates{{
     {{kRing, 64, 8, 4, 1, 6, 1}, "decode, weights by bulk copy into a 6-slot ring per warp: ~11 KB in flight, no registers"},
     {{kRing, 32, 8, 2, 1, 8, 1}, "decode, ring with small CTAs: more CTAs per SM for a 1-token step"},
     {{kRing, 128, 8, 8, 1, 4, 1}, "decode, ring with 8-warp CTAs sharing one activation staging"},
@@ -45,6 +47,10 @@ const std::array<Candidate, 32> kCandidates{{
     {{kFused, 128, 8, 8, 1, 2, 1}, "whole layer in one launch, 8-column items: the staged activations shared by 8 warps"},
     {{kFused, 64, 8, 4, 1, 4, 1}, "whole layer in one launch, deeper per-warp pipeline"},
     {{kFused, 128, 16, 8, 1, 4, 1}, "whole layer in one launch for 9-16 rows per expert: FC2 items fill FC1's last wave"},
+    {{kStreamK, 384, 8, 24, 1, 2, 1}, "decode over several waves: one 24-warp CTA per SM, equal shares, no last partial wave"},
+    {{kStreamK, 320, 8, 20, 1, 2, 1}, "stream-K with 20-column groups: FC2's 180 row tiles in 9 whole groups"},
+    {{kStreamK, 288, 8, 18, 1, 4, 1}, "stream-K with 18 warps and a deeper pipeline (112 registers)"},
+    {{kStreamK, 256, 16, 16, 1, 2, 1}, "stream-K for 9-16 rows per expert: each weight feeds two 8-token MMA tiles"},
     {{kMma, 64, 16, 4, 1, 4, 1}, "small tile, half height: twice the CTAs of r128 for 9-16 rows per expert"},
     {{kMma, 128, 16, 4, 1, 4, 1}, "small tile: 9-16 rows per expert"},
     {{kMma, 128, 32, 4, 1, 4, 1}, "small tile: 17-32 rows per expert"},
@@ -60,6 +66,17 @@ const std::array<Candidate, 32> kCandidates{{
 
 // Empty when `t` can run on `arch`; otherwise the first rule it breaks.
 std::string why_invalid(const Tactic& t, const Arch& arch) {
+  if (t.family == KernelFamily::kGemvStreamK) {
+    if ((t.tile_tokens != 8 && t.tile_tokens != 16) || t.warps_tokens != 1 || t.warps_rows < 1 ||
+        t.tile_rows != 16 * t.warps_rows) {
+      return "a stream-K GEMV CTA is one 16-row record column per warp over 8 or 16 tokens";
+    }
+    if (32 * t.warps_rows > kernels::kMaxStreamThreads) {
+      return "at most " + std::to_string(kernels::kMaxStreamThreads / 32) + " warps per stream-K CTA";
+    }
+    if (t.stages < 1 || t.stages > 16) return "1 to 16 records in flight per lane";
+    return "";
+  }
   if (t.warps_rows < 1 || t.warps_tokens < 1 || t.warps() > 16) return "1 to 16 warps per CTA";
   if (t.family == KernelFamily::kGemvRing) {
     if ((t.tile_tokens != 8 && t.tile_tokens != 16) || t.warps_tokens != 1 || t.tile_rows != 16 * t.warps_rows) {

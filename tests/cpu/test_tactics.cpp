@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "jit/kernel_binary.hpp"
+#include "kernels/expert_gemm_args.hpp"
 #include "kernels/smem_bytes.hpp"
 #include "mxmoe/error.hpp"
 #include "tactics/tactic_choice.hpp"
@@ -27,7 +28,7 @@ TEST(TacticTable, ValidEntriesObeyTheRulesAndInvalidOnesSayWhy) {
       EXPECT_EQ(e.tactic.k_split, 1);
       if (!e.invalid.empty()) continue;
       const Tactic& t = e.tactic;
-      EXPECT_LE(t.warps(), 16);
+      EXPECT_LE(t.warps(), t.family == KernelFamily::kGemvStreamK ? kernels::kMaxStreamThreads / 32 : 16);
       if (t.family != KernelFamily::kMmaTile) {
         ++valid_gemv;
         EXPECT_EQ(t.tile_rows, 16 * t.warps_rows);
@@ -106,6 +107,10 @@ TEST(ValidatePlan, FusedTacticIsTheWholeLayer) {
   }
   EXPECT_THROW(validate_plan(shape, {fused, parse_tactic("fused.r64x8.w4x2.u2.k2")}, sm90), Error);
   EXPECT_THROW(validate_plan(shape, {fused, parse_tactic("fused.r128x8.w8x1.u2.k1")}, sm90), Error);
+  // A stream-K GEMV splits K itself: no K split on top, for either stage.
+  const Tactic stream_k = parse_tactic("sk.r384x8.w24.u2.k1");
+  EXPECT_NO_THROW(validate_plan(shape, {stream_k, stream_k}, sm90));
+  EXPECT_THROW(validate_plan(shape, {stream_k, parse_tactic("sk.r384x8.w24.u2.k2")}, sm90), Error);
 }
 
 // A small batch under two GEMV tactics may be routed by the expert kernels themselves (no routing
@@ -119,6 +124,8 @@ TEST(CanRouteInExpertKernels, SmallBatchUnderGemvPlansOnly) {
     EXPECT_FALSE(can_route_in_expert_kernels({fused, fused}, tokens, 4)) << tokens;
     EXPECT_FALSE(can_route_in_expert_kernels({gemv, ring}, tokens, 4)) << tokens;
     EXPECT_FALSE(can_route_in_expert_kernels({tiled, gemv}, tokens, 4)) << tokens;
+    // the stream-K GEMV's flags are zeroed by the routing launch, so it never routes itself
+    EXPECT_FALSE(can_route_in_expert_kernels({gemv, parse_tactic("sk.r384x8.w24.u2.k1")}, tokens, 4)) << tokens;
   }
   EXPECT_FALSE(can_route_in_expert_kernels({gemv, gemv}, 9, 4));
   EXPECT_TRUE(can_route_in_expert_kernels({gemv, gemv}, 10, 3));

@@ -130,7 +130,8 @@ std::vector<std::pair<std::string, std::optional<LayerPlan>>> plans_to_test(cons
   const int fc2_k_tiles = (shape.intermediate + 63) / 64;
   for (const Tactic& t : valid_tactics(current_device_arch().arch->name)) {
     plans.emplace_back(t.name(), LayerPlan{t, t});
-    if (t.family == KernelFamily::kFused) continue;  // no K split: FC1's and FC2's items share the launch
+    // no K split: a fused launch's FC1 and FC2 items share it; a stream-K GEMV splits K itself
+    if (t.family == KernelFamily::kFused || t.family == KernelFamily::kGemvStreamK) continue;
     Tactic split = t;
     split.k_split = std::min(t.family == KernelFamily::kGemv ? kMaxKSplit : 2, fc2_k_tiles);
     plans.emplace_back(t.name() + "+fc2." + split.name(), LayerPlan{t, split});
@@ -278,15 +279,18 @@ TEST(GpuLayerDeterminism, BitIdenticalRunAfterRun) {
   }
 }
 
-// The runner's own plan and a fused (whole-layer) one; the workspace is poisoned before every
-// replay, so the fused launch's counters must be zeroed inside the graph.
+// The runner's own plan, a fused (whole-layer) one and a stream-K one; the workspace is poisoned
+// before every replay, so the fused launch's counters and the stream-K flags must be zeroed inside
+// the graph.
 TEST(GpuLayerGraph, CapturedForwardReplaysExactly) {
   MXMOE_REQUIRE_GPU();
   const MoeShape shape = model_shape("gpt-oss-20b");
   const auto& layer = test::test_layer(shape, 17);
   const Tactic fused = parse_tactic("fused.r128x8.w8x1.u2.k1");
-  const LayerPlan fused_plan{fused, fused};
-  for (const LayerPlan* plan : {static_cast<const LayerPlan*>(nullptr), &fused_plan}) {
+  const Tactic stream_k = parse_tactic("sk.r384x8.w24.u2.k1");
+  const LayerPlan fused_plan{fused, fused}, stream_plan{stream_k, stream_k};
+  for (const LayerPlan* plan : {static_cast<const LayerPlan*>(nullptr), &fused_plan, &stream_plan}) {
+    const std::string which = plan ? " " + plan->fc1.name() : " heuristic";
     for (int tokens : {1, 8, 200}) {
       const std::vector<Bf16> x = make_activations(tokens, shape.hidden, 31);
       const std::vector<float> logits = random_logits(tokens, shape.num_experts, 32);
@@ -319,8 +323,8 @@ TEST(GpuLayerGraph, CapturedForwardReplaysExactly) {
         auto same = [](const std::vector<Bf16>& p, const std::vector<Bf16>& q) {
           return std::equal(p.begin(), p.end(), q.begin(), [](Bf16 u, Bf16 v) { return u.bits == v.bits; });
         };
-        EXPECT_TRUE(same(a, direct.out)) << tokens << (plan ? " fused" : "");
-        EXPECT_TRUE(same(b, direct_router.out)) << tokens << (plan ? " fused" : "");
+        EXPECT_TRUE(same(a, direct.out)) << tokens << which;
+        EXPECT_TRUE(same(b, direct_router.out)) << tokens << which;
       }
       cudaGraphExecDestroy(exec);
       cudaGraphDestroy(graph);

@@ -1,0 +1,111 @@
+// The stream-K GEMV: the GEMV family's work (each warp streams 16-row record columns of the touched
+// experts into registers and multiplies them with the expert's staged tokens), cut into equal shares
+// for exactly one CTA per SM. The layer's units (token tile x column group x K tile) are numbered
+// column group by column group, and CTA c takes units [c U / C, (c + 1) U / C): a few whole column
+// groups, and at each end a piece of one. So every SM streams the same bytes, none waits in a last,
+// partly filled wave of CTAs, and no CTA is launched after the first (measured on an H100: CTAs in a
+// wave stay in step, the warps are latency-bound, and the last wave of a multi-wave GEMV runs at the
+// bandwidth of the CTAs it has; docs/perf-notes.md, round 22).
+//
+// A column group split between CTAs: its first piece is the last of the CTA that begins it, its
+// later pieces the first of the next CTAs with a share (with fewer units than CTAs, some have
+// none), which write their partial sums and raise a flag; the first piece's CTA adds them in CTA
+// order (the result does not depend on timing) and stores. The
+// flags it waits on were raised at the start of those CTAs' runs, which are resident at once (the
+// host launches no more CTAs than fit), and it clears them for the next launch.
+//
+// Grid: x = CTAs (the resident count, at most kMaxStreamCtas); one K range per piece, so no K
+// split. Budget: the touched experts' records once, the tokens' activations once per piece (from
+// L2), and per split column group one CTA's partial sums (threads x kTokens / 2 floats) through L2.
+#pragma once
+
+#include "kernels/expert_gemv.cuh"
+
+namespace mxmoe::kernels {
+
+__device__ __forceinline__ void store_release(int* flag, int value) {
+  asm volatile("st.release.gpu.global.b32 [%0], %1;\n" ::"l"(flag), "r"(value) : "memory");
+}
+__device__ __forceinline__ int load_acquire(const int* flag) {
+  int value;
+  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(value) : "l"(flag) : "memory");
+  return value;
+}
+
+template <int kColumns, int kTokens, bool kFc1, int kUnroll>
+__global__ void __launch_bounds__(kColumns * 32, 1) expert_gemv_streamk_kernel(ExpertGemmArgs args, int /*k_split*/) {
+  static_assert(kTokens == 8 || kTokens == 16, "8 or 16 tokens per tile");
+  static_assert(kColumns * 32 * kTokens / 2 <= kStreamPartialFloats, "partial sums past the workspace's slot");
+  constexpr int kAccumulators = kTokens / 8 * 4;
+  if constexpr (kFc1) {
+    wait_for_prerequisite_grids();  // the routing
+    allow_dependent_grids();
+  }
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int k_tiles = args.k_tiles, groups = (args.rows / kRecordRows + kColumns - 1) / kColumns;
+  const long long units = static_cast<long long>(args.tile_offsets[args.num_experts]) * groups * k_tiles;
+  const long long begin = units * blockIdx.x / gridDim.x, end = units * (blockIdx.x + 1) / gridDim.x;
+  float* partials = args.stream_partials + threadIdx.x * kAccumulators;  // + CTA x kStreamPartialFloats
+  bool inputs_ready = kFc1;
+  for (long long u = begin; u < end;) {
+    const int item = static_cast<int>(u / k_tiles), k0 = static_cast<int>(u % k_tiles);
+    const int k1 = static_cast<int>(end - u < k_tiles - k0 ? k0 + (end - u) : k_tiles);
+    u += k1 - k0;
+    const int tile = item / groups, expert = expert_of_tile(args, tile);
+    const int first_row = args.expert_offsets[expert] + (tile - args.tile_offsets[expert]) * kTokens;
+    const GemvWork w = gemv_work_over(args, expert, first_row, min(kTokens, args.expert_offsets[expert + 1] - first_row),
+                                      k0, k1);
+    const int row_tile = item % groups * kColumns + warp;
+    const bool streams = row_tile < w.row_tiles;
+    const unsigned char* column = w.column(args, row_tile);
+    RecordBatch<kUnroll> batch_a, batch_b;
+    batch_a.load(column, 0, w.records, streams, lane);
+    if (!inputs_ready) {
+      wait_for_prerequisite_grids();  // FC1's activations
+      allow_dependent_grids();
+      inputs_ready = true;
+    }
+    __syncthreads();  // the previous piece is done with the staged rows
+    const GemvStaging<kTokens> staging(args, w);
+    unsigned b_rows[kTokens / 8];
+    token_fragment_rows<kTokens>(b_rows, staging.rows, args.staged_rows, w.row_stride);
+    stage_token_rows(args, w, 0, w.count, staging.source_rows, staging.rows, kFc1);
+    __syncthreads();
+    float acc[kTokens / 8][4] = {};
+    if (streams) stream_records<kTokens>(acc, batch_a, batch_b, column, 0, w.records, b_rows);
+
+    if (k0 > 0) {  // a later piece of a group an earlier CTA began (this CTA's first)
+      float* mine = partials + static_cast<long long>(blockIdx.x) * kStreamPartialFloats;
+#pragma unroll
+      for (int i = 0; i < kAccumulators; ++i) mine[i] = acc[i / 4][i % 4];
+      __syncthreads();
+      if (threadIdx.x == 0) {
+        __threadfence();
+        store_release(args.stream_flags + blockIdx.x, 1);
+      }
+      continue;
+    }
+    if (k1 < k_tiles) {  // the group's first piece (this CTA's last): add the next CTAs' pieces in order
+      const long long group_end = static_cast<long long>(item + 1) * k_tiles;
+      for (int next = blockIdx.x + 1; units * next / gridDim.x < group_end; ++next) {
+        if (units * (next + 1) / gridDim.x == units * next / gridDim.x) continue;  // an empty share
+        if (threadIdx.x == 0) {
+          while (load_acquire(args.stream_flags + next) == 0) {
+          }
+        }
+        __syncthreads();
+        const float* theirs = partials + static_cast<long long>(next) * kStreamPartialFloats;
+#pragma unroll
+        for (int i = 0; i < kAccumulators; ++i) acc[i / 4][i % 4] += __ldcg(theirs + i);
+        if (threadIdx.x == 0) args.stream_flags[next] = 0;
+      }
+    }
+    if (!streams) continue;
+#pragma unroll
+    for (int t = 0; t < kTokens / 8; ++t) {
+      store_accumulators(args, acc[t], w.expert, row_tile, w.first_row + 8 * t, w.count - 8 * t, 0, kFc1);
+    }
+  }
+}
+
+}  // namespace mxmoe::kernels
