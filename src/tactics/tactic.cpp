@@ -13,12 +13,14 @@ namespace {
 // The GEMV shapes `mxmoe tune` kept choosing on an H100 (docs/perf-notes.md, decode rounds 6-18),
 // all with the shallow two-record pipeline held to 80 registers: for the few columns of <= 4
 // touched experts, warps along K (FC1 2 per column, FC2, which has half FC1's rows, 4); 8 columns
-// per CTA once more experts fill the SMs (FC2 of <= 12 experts keeps 2 warps along K); and the
-// 16-token GEMV for 5-8 expected rows per expert.
+// per CTA once more experts fill the SMs (FC2 of <= 12 experts keeps 2 warps along K). Past ~12
+// touched experts, where those CTAs run in more than one wave, the stream-K GEMV with one 24-warp
+// CTA per SM (round 22): 8 tokens per tile up to ~4 expected rows per expert, 16 up to 8.
 const Tactic kGemvFewFc1{KernelFamily::kGemv, 64, 8, 4, 2, 2, 1};
 const Tactic kGemvFewFc2{KernelFamily::kGemv, 32, 8, 2, 4, 2, 1};
 const Tactic kGemvWide{KernelFamily::kGemv, 128, 8, 8, 1, 2, 1};
-const Tactic kGemv16{KernelFamily::kGemv, 128, 16, 8, 1, 4, 1};
+const Tactic kStreamK{KernelFamily::kGemvStreamK, 384, 8, 24, 1, 2, 1};
+const Tactic kStreamK16{KernelFamily::kGemvStreamK, 384, 16, 24, 1, 2, 1};
 Tactic mma_tile(int tile_tokens) {
   if (tile_tokens <= 32) return {KernelFamily::kMmaTile, 128, tile_tokens, 4, 1, 4, 1};
   return {KernelFamily::kMmaTile, 128, tile_tokens, 2, tile_tokens / 32, 3, 1};
@@ -154,16 +156,18 @@ LayerPlan heuristic_plan(const MoeShape& shape, int num_tokens, const Arch& arch
         shape.num_experts * (1.0 - std::pow(1.0 - static_cast<double>(shape.top_k) / shape.num_experts, num_tokens));
     if (touched < 4.5) return {kGemvFewFc1, kGemvFewFc2};
     if (touched <= 12.0) return {kGemvWide, kGemvFewFc1};
+    if (fits(kStreamK)) return {kStreamK, kStreamK};
     return {kGemvWide, kGemvWide};
   }
-  if (fits(kGemv16) && rows_expected <= 8) return {kGemv16, kGemv16};
+  if (fits(kStreamK16) && rows_expected <= 8) return {kStreamK16, kStreamK16};
   int tile = 16;
   while (tile < 128 && tile < rows_expected) tile *= 2;
   return {mma_tile(tile), mma_tile(tile)};
 }
 
 std::vector<Tactic> default_tactics() {
-  return {kGemvFewFc1, kGemvFewFc2, kGemvWide, kGemv16, mma_tile(16), mma_tile(32), mma_tile(64), mma_tile(128)};
+  return {kGemvFewFc1,  kGemvFewFc2,  kGemvWide,    kStreamK,     kStreamK16,
+          mma_tile(16), mma_tile(32), mma_tile(64), mma_tile(128)};
 }
 
 }  // namespace mxmoe

@@ -145,11 +145,11 @@ TEST(Heuristic, PinnedChoices) {
       {"gpt-oss-20b", 1, "gemv.r64x8.w4x2.u2.k1", "gemv.r32x8.w2x4.u2.k1"},  // 4 experts touched
       {"gpt-oss-20b", 2, "gemv.r128x8.w8x1.u2.k1", "gemv.r64x8.w4x2.u2.k1"},  // ~7.5
       {"gpt-oss-20b", 3, "gemv.r128x8.w8x1.u2.k1", "gemv.r64x8.w4x2.u2.k1"},  // ~10.6
-      {"gpt-oss-20b", 4, "gemv.r128x8.w8x1.u2.k1", "gemv.r128x8.w8x1.u2.k1"},  // ~13.2
-      {"gpt-oss-20b", 8, "gemv.r128x8.w8x1.u2.k1", "gemv.r128x8.w8x1.u2.k1"},
-      {"gpt-oss-20b", 32, "gemv.r128x8.w8x1.u2.k1", "gemv.r128x8.w8x1.u2.k1"},  // expected 4 rows
-      {"gpt-oss-20b", 33, "gemv.r128x16.w8x1.u4.k1", "gemv.r128x16.w8x1.u4.k1"},
-      {"gpt-oss-20b", 64, "gemv.r128x16.w8x1.u4.k1", "gemv.r128x16.w8x1.u4.k1"},  // expected 8 rows
+      {"gpt-oss-20b", 4, "sk.r384x8.w24.u2.k1", "sk.r384x8.w24.u2.k1"},  // ~13.2: stream-K from here
+      {"gpt-oss-20b", 8, "sk.r384x8.w24.u2.k1", "sk.r384x8.w24.u2.k1"},
+      {"gpt-oss-20b", 32, "sk.r384x8.w24.u2.k1", "sk.r384x8.w24.u2.k1"},  // expected 4 rows
+      {"gpt-oss-20b", 33, "sk.r384x16.w24.u2.k1", "sk.r384x16.w24.u2.k1"},
+      {"gpt-oss-20b", 64, "sk.r384x16.w24.u2.k1", "sk.r384x16.w24.u2.k1"},  // expected 8 rows
       {"gpt-oss-20b", 65, "mma.r128x16.w4x1.s4.k1", "mma.r128x16.w4x1.s4.k1"},
       {"gpt-oss-20b", 128, "mma.r128x16.w4x1.s4.k1", "mma.r128x16.w4x1.s4.k1"},
       {"gpt-oss-20b", 129, "mma.r128x32.w4x1.s4.k1", "mma.r128x32.w4x1.s4.k1"},
@@ -157,9 +157,9 @@ TEST(Heuristic, PinnedChoices) {
       {"gpt-oss-20b", 513, "mma.r128x128.w2x4.s3.k1", "mma.r128x128.w2x4.s3.k1"},
       {"gpt-oss-20b", 4096, "mma.r128x128.w2x4.s3.k1", "mma.r128x128.w2x4.s3.k1"},
       {"gpt-oss-120b", 1, "gemv.r64x8.w4x2.u2.k1", "gemv.r32x8.w2x4.u2.k1"},
-      {"gpt-oss-120b", 64, "gemv.r128x8.w8x1.u2.k1", "gemv.r128x8.w8x1.u2.k1"},  // expected 2 rows
-      {"gpt-oss-120b", 128, "gemv.r128x8.w8x1.u2.k1", "gemv.r128x8.w8x1.u2.k1"},  // expected 4 rows
-      {"gpt-oss-120b", 129, "gemv.r128x16.w8x1.u4.k1", "gemv.r128x16.w8x1.u4.k1"},
+      {"gpt-oss-120b", 64, "sk.r384x8.w24.u2.k1", "sk.r384x8.w24.u2.k1"},  // expected 2 rows
+      {"gpt-oss-120b", 128, "sk.r384x8.w24.u2.k1", "sk.r384x8.w24.u2.k1"},  // expected 4 rows
+      {"gpt-oss-120b", 129, "sk.r384x16.w24.u2.k1", "sk.r384x16.w24.u2.k1"},
       {"gpt-oss-120b", 257, "mma.r128x16.w4x1.s4.k1", "mma.r128x16.w4x1.s4.k1"},
       {"gpt-oss-120b", 1024, "mma.r128x32.w4x1.s4.k1", "mma.r128x32.w4x1.s4.k1"},
       {"gpt-oss-120b", 4096, "mma.r128x128.w2x4.s3.k1", "mma.r128x128.w2x4.s3.k1"},
