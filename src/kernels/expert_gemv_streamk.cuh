@@ -10,9 +10,10 @@
 // A column group split between CTAs: its first piece is the last of the CTA that begins it, its
 // later pieces the first of the next CTAs with a share (with fewer units than CTAs, some have
 // none), which write their partial sums and raise a flag; the first piece's CTA adds them in CTA
-// order (the result does not depend on timing) and stores. The
-// flags it waits on were raised at the start of those CTAs' runs, which are resident at once (the
-// host launches no more CTAs than fit), and it clears them for the next launch.
+// order (the result does not depend on timing), stores, and clears the flags for the next launch
+// (the routing zeroes them too). A CTA waits only at its end, and only on later CTAs' first
+// pieces, so the launch progresses whenever two of its CTAs fit at once; the host launches as
+// many as are resident.
 //
 // Grid: x = CTAs (the resident count, at most kMaxStreamCtas); one K range per piece, so no K
 // split. Budget: the touched experts' records once, the tokens' activations once per piece (from

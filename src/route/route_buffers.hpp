@@ -9,8 +9,13 @@ namespace mxmoe::kernels {
 // tile_offsets[i][e] = sum over experts before e of ceil(count / (8 << i)).
 constexpr int kTileSizeCount = 5;  // 8, 16, 32, 64, 128
 
-// Batches of at most this many pairs are permuted by one warp (small_batch_routing.cuh).
+// Batches of at most this many pairs route themselves inside the expert kernels, one pair per lane
+// (small_batch_routing.cuh).
 constexpr int kSmallBatchPairs = 32;
+
+// The routing kernel permutes a batch of up to this many pairs in one warp, 32 pairs per step
+// (route_kernels.cuh, permutes_in_one_warp).
+constexpr int kOneWarpPermutePairs = 64;
 
 struct RouteBuffers {
   int* topk_experts;    // [pairs]

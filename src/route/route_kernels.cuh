@@ -106,6 +106,12 @@ __host__ __device__ inline int permute_fixed_smem(int num_experts, int smem_pair
   return 4 * (2 * num_experts + 1) + 8 * smem_pairs;
 }
 
+// A fused batch of at most kOneWarpPermutePairs pairs and 32 tokens (one warp each for the top-k)
+// is permuted by one warp.
+__host__ __device__ inline bool permutes_in_one_warp(int num_tokens, int top_k) {
+  return num_tokens <= 32 && num_tokens * top_k <= kOneWarpPermutePairs;
+}
+
 // Segments (warps) of the pair list: no more than 32-pair chunks (a segment's histogram is one
 // match.any step per chunk, and every expert's scan over segments walks them all), and no more
 // than fit the shared-memory budget.
@@ -149,7 +155,7 @@ __global__ void __launch_bounds__(kPermuteThreads)
       select_token_experts(logits, token, num_experts, top_k, pair_experts, route.topk_weights);
     }
   }
-  if (fused && num_pairs <= kSmallBatchPairs) {
+  if (fused && permutes_in_one_warp(num_tokens, top_k)) {
     // A small batch (the launcher gives it one warp per token): one barrier, then warp 0 permutes.
     __syncthreads();  // the selected experts
     if (warp == 0) permute_small_batch(pair_experts, num_pairs, num_experts, counts, offsets, route);

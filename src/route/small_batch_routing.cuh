@@ -1,5 +1,5 @@
 // Routing that one warp can do: a token's top-k with the softmax over it, the scans over experts,
-// and the whole expert-sorted permutation of a batch of at most kSmallBatchPairs pairs. The routing
+// and the whole expert-sorted permutation of a batch of at most kOneWarpPermutePairs pairs. The routing
 // kernels use it, and so do the GEMV kernels and the un-permute, which route a small batch
 // themselves when no routing kernel ran (expert_gemm.cuh): NVRTC compiles it too, so no toolkit
 // headers.
@@ -141,28 +141,40 @@ __device__ __forceinline__ void scan_experts(const int* counts, int* offsets, in
   }
 }
 
-// The permutation of a batch of at most kSmallBatchPairs (32) pairs by one warp, after every
-// pair's expert is in `pair_experts` (its top-k, visible to the warp): lane p holds pair p, so a
-// pair's rank among its expert's pairs is a match.any away. Writes the counts, offsets, active
-// list and tile offsets, then the sorted rows, into `route`; `counts` [E] and `offsets` [E + 1]
-// are the warp's shared scratch. Call with one whole warp.
+// The permutation of a batch of at most kOneWarpPermutePairs (64) pairs by one warp, after every
+// pair's expert is in `pair_experts` (its top-k, visible to the warp): lane l holds pairs l and
+// 32 + l, so a pair's rank among its expert's pairs is a match.any away, plus the expert's count
+// in the step before. Writes the counts, offsets, active list and tile offsets, then the sorted
+// rows, into `route`; `counts` [E] and `offsets` [E + 1] are the warp's shared scratch. Call with
+// one whole warp.
 __device__ __forceinline__ void permute_small_batch(const int* pair_experts, int num_pairs, int num_experts,
                                                     int* counts, int* offsets, const RouteBuffers& route) {
+  constexpr int kSteps = kOneWarpPermutePairs / 32;
   const int lane = threadIdx.x % 32;
   const unsigned lanes_below = (1u << lane) - 1u;
   for (int e = lane; e < num_experts; e += 32) counts[e] = 0;
   __syncwarp();
-  const int expert = lane < num_pairs ? pair_experts[lane] : -1;
-  const unsigned peers = __match_any_sync(0xffffffffu, expert);
-  if (expert >= 0 && (peers & lanes_below) == 0) counts[expert] = __popc(peers);
-  __syncwarp();
+  int experts[kSteps], ranks[kSteps];
+#pragma unroll
+  for (int s = 0; s < kSteps; ++s) {
+    const int pair = 32 * s + lane;
+    experts[s] = pair < num_pairs ? pair_experts[pair] : -1;
+    const unsigned peers = __match_any_sync(0xffffffffu, experts[s]);
+    const int before = experts[s] >= 0 ? counts[experts[s]] : 0;
+    __syncwarp();
+    ranks[s] = before + __popc(peers & lanes_below);
+    if (experts[s] >= 0 && (peers & lanes_below) == 0) counts[experts[s]] = before + __popc(peers);
+    __syncwarp();
+  }
   scan_experts(counts, offsets, num_experts, route);
   __syncwarp();
-  if (expert >= 0) {
-    const int row = offsets[expert] + __popc(peers & lanes_below);
-    route.sorted_pairs[row] = lane;
-    route.pair_rows[lane] = row;
-    route.topk_experts[lane] = expert;
+#pragma unroll
+  for (int s = 0; s < kSteps; ++s) {
+    if (experts[s] < 0) continue;
+    const int pair = 32 * s + lane, row = offsets[experts[s]] + ranks[s];
+    route.sorted_pairs[row] = pair;
+    route.pair_rows[pair] = row;
+    route.topk_experts[pair] = experts[s];
   }
 }
 

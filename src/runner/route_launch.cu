@@ -47,7 +47,7 @@ void launch_routing(const float* logits, int num_tokens, int num_experts, int to
   const int smem = kernels::permute_segments(num_experts, num_tokens * top_k, smem_pairs) * num_experts * 4 +
                    kernels::permute_fixed_smem(num_experts, smem_pairs);
   // A fused small batch takes the one-warp path: one warp per token for the top-k.
-  const bool small = fused_logits && num_tokens * top_k <= kernels::kSmallBatchPairs;
+  const bool small = fused_logits && kernels::permutes_in_one_warp(num_tokens, top_k);
   const int threads = small ? 32 * num_tokens : kernels::kPermuteThreads;
   launch(reinterpret_cast<const void*>(kernels::permute_kernel), dim3(1), dim3(static_cast<unsigned>(threads)), args,
          smem, stream, "permutation launch");
