@@ -16,8 +16,8 @@
 // many as are resident.
 //
 // Grid: x = CTAs (the resident count, at most kMaxStreamCtas); one K range per piece, so no K
-// split. Budget: the touched experts' records once, the tokens' activations once per piece (from
-// L2), and per split column group one CTA's partial sums (threads x kTokens / 2 floats) through L2.
+// split. Budget: the touched experts' records once, a token tile's activations (all of K, from L2)
+// once per CTA that streams any of its columns, and per split column group one CTA's partial sums (threads x kTokens / 2 floats) through L2.
 #pragma once
 
 #include "kernels/expert_gemv.cuh"
@@ -48,32 +48,38 @@ __global__ void __launch_bounds__(kColumns * 32, 1) expert_gemv_streamk_kernel(E
   const long long begin = units * blockIdx.x / gridDim.x, end = units * (blockIdx.x + 1) / gridDim.x;
   float* partials = args.stream_partials + threadIdx.x * kAccumulators;  // + CTA x kStreamPartialFloats
   bool inputs_ready = kFc1;
+  int staged_tile = -1;  // the token tile whose rows (all of K) are in shared memory
   for (long long u = begin; u < end;) {
     const int item = static_cast<int>(u / k_tiles), k0 = static_cast<int>(u % k_tiles);
     const int k1 = static_cast<int>(end - u < k_tiles - k0 ? k0 + (end - u) : k_tiles);
     u += k1 - k0;
     const int tile = item / groups, expert = expert_of_tile(args, tile);
     const int first_row = args.expert_offsets[expert] + (tile - args.tile_offsets[expert]) * kTokens;
+    // The tile's work over all of K: its rows are staged whole, once per tile, and the piece
+    // streams records [k0, k1) of each column.
     const GemvWork w = gemv_work_over(args, expert, first_row, min(kTokens, args.expert_offsets[expert + 1] - first_row),
-                                      k0, k1);
-    const int row_tile = item % groups * kColumns + warp;
+                                      0, k_tiles);
+    const int row_tile = item % groups * kColumns + warp, records = k1 - k0;
     const bool streams = row_tile < w.row_tiles;
-    const unsigned char* column = w.column(args, row_tile);
+    const unsigned char* column = w.column(args, row_tile) + static_cast<long long>(k0) * kRecordBytes;
     RecordBatch<kUnroll> batch_a, batch_b;
-    batch_a.load(column, 0, w.records, streams, lane);
+    batch_a.load(column, 0, records, streams, lane);
     if (!inputs_ready) {
       wait_for_prerequisite_grids();  // FC1's activations
       allow_dependent_grids();
       inputs_ready = true;
     }
-    __syncthreads();  // the previous piece is done with the staged rows
     const GemvStaging<kTokens> staging(args, w);
-    unsigned b_rows[kTokens / 8];
-    token_fragment_rows<kTokens>(b_rows, staging.rows, args.staged_rows, w.row_stride);
-    stage_token_rows(args, w, 0, w.count, staging.source_rows, staging.rows, kFc1);
-    __syncthreads();
+    if (tile != staged_tile) {
+      __syncthreads();  // the previous tile's rows are no longer read
+      stage_token_rows(args, w, 0, w.count, staging.source_rows, staging.rows, kFc1);
+      __syncthreads();
+      staged_tile = tile;
+    }
+    unsigned b_rows[kTokens / 8];  // at the piece's first K tile
+    token_fragment_rows<kTokens>(b_rows, staging.rows + k0 * kRecordK, args.staged_rows, w.row_stride);
     float acc[kTokens / 8][4] = {};
-    if (streams) stream_records<kTokens>(acc, batch_a, batch_b, column, 0, w.records, b_rows);
+    if (streams) stream_records<kTokens>(acc, batch_a, batch_b, column, 0, records, b_rows);
 
     if (k0 > 0) {  // a later piece of a group an earlier CTA began (this CTA's first)
       float* mine = partials + static_cast<long long>(blockIdx.x) * kStreamPartialFloats;
