@@ -1,6 +1,6 @@
 // The stream-K GEMV: the GEMV family's work (each warp streams 16-row record columns of the touched
 // experts into registers and multiplies them with the expert's staged tokens), cut into equal shares
-// for exactly one CTA per SM. The layer's units (token tile x column group x K tile) are numbered
+// for exactly one CTA per SM. The stage's units (token tile x column group x K tile) are numbered
 // column group by column group, and CTA c takes units [c U / C, (c + 1) U / C): a few whole column
 // groups, and at each end a piece of one. So every SM streams the same bytes, none waits in a last,
 // partly filled wave of CTAs, and no CTA is launched after the first (measured on an H100: CTAs in a
@@ -16,8 +16,9 @@
 // many as are resident.
 //
 // Grid: x = CTAs (the resident count, at most kMaxStreamCtas); one K range per piece, so no K
-// split. Budget: the touched experts' records once, a token tile's activations (all of K, from L2)
-// once per CTA that streams any of its columns, and per split column group one CTA's partial sums (threads x kTokens / 2 floats) through L2.
+// split. Budget: the touched experts' records once, a token tile's activations (all of K, from
+// L2) once per CTA that streams any of its columns, and per split column group one CTA's partial
+// sums (threads x kTokens / 2 floats) through L2.
 #pragma once
 
 #include "kernels/expert_gemv.cuh"
@@ -57,8 +58,8 @@ __global__ void __launch_bounds__(kColumns * 32, 1) expert_gemv_streamk_kernel(E
     const int first_row = args.expert_offsets[expert] + (tile - args.tile_offsets[expert]) * kTokens;
     // The tile's work over all of K: its rows are staged whole, once per tile, and the piece
     // streams records [k0, k1) of each column.
-    const GemvWork w = gemv_work_over(args, expert, first_row, min(kTokens, args.expert_offsets[expert + 1] - first_row),
-                                      0, k_tiles);
+    const int count = min(kTokens, args.expert_offsets[expert + 1] - first_row);
+    const GemvWork w = gemv_work_over(args, expert, first_row, count, 0, k_tiles);
     const int row_tile = item % groups * kColumns + warp, records = k1 - k0;
     const bool streams = row_tile < w.row_tiles;
     const unsigned char* column = w.column(args, row_tile) + static_cast<long long>(k0) * kRecordBytes;

@@ -88,7 +88,9 @@ void launch_expert_gemm(Stage stage, const Tactic& tactic, const kernels::Expert
   const void* kernel = stage == Stage::kFc1 ? k.fc1 : k.fc2;
   if (tactic.family == KernelFamily::kGemvStreamK) {  // every CTA resident at once: they wait on each other
     const long long resident = resident_ctas(kernel, 32 * tactic.warps(), l.smem, tactic.name());
-    if (resident < 1) throw Error(tactic.name() + ": no CTA fits an SM (" + std::to_string(l.smem) + " bytes of shared memory)");
+    if (resident < 1) {
+      throw Error(tactic.name() + ": no CTA fits an SM (" + std::to_string(l.smem) + " bytes of shared memory)");
+    }
     l.grid = dim3(static_cast<unsigned>(std::min<long long>(resident, kernels::kMaxStreamCtas)));
   }
   int k_split = tactic.k_split;
