@@ -82,29 +82,21 @@ struct GemvWork {
   }
 };
 
-// The work of `expert` (none: -1), whose rows are sorted rows [first_row, first_row + count), over
-// its record columns' K tiles [kt_begin, kt_end).
-__device__ __forceinline__ GemvWork gemv_work_over(const ExpertGemmArgs& args, int expert, int first_row, int count,
-                                                   int kt_begin, int kt_end) {
+// The work of `expert` (none: -1), whose rows are sorted rows [first_row, first_row + count).
+__device__ __forceinline__ GemvWork gemv_work_of(const ExpertGemmArgs& args, int expert, int first_row, int count,
+                                                 int split, int k_split) {
   GemvWork w;
   if (expert < 0) return w;
   w.expert = expert;
   w.first_row = first_row;
   w.count = count;
   w.row_tiles = args.rows / kRecordRows;
-  w.kt_begin = kt_begin;
-  w.records = kt_end - kt_begin;
+  w.kt_begin = split * args.k_tiles / k_split;
+  w.records = (split + 1) * args.k_tiles / k_split - w.kt_begin;
   w.k_begin = w.kt_begin * kRecordK;
   w.k_len = w.records * kRecordK;
   w.row_stride = w.k_len + 8;
   return w;
-}
-
-// The same over K split `split` of `k_split`.
-__device__ __forceinline__ GemvWork gemv_work_of(const ExpertGemmArgs& args, int expert, int first_row, int count,
-                                                 int split, int k_split) {
-  return gemv_work_over(args, expert, first_row, count, split * args.k_tiles / k_split,
-                        (split + 1) * args.k_tiles / k_split);
 }
 
 // The expert of token tile `tile` (< args.tile_offsets[E]): the e with tile_offsets[e] <= tile <

@@ -30,7 +30,7 @@ struct ExpertGemmArgs {
   int num_tokens;
   RouteBuffers route;
   // The stream-K GEMV (expert_gemv_streamk.cuh): per CTA, the partial sums of its first piece
-  // (threads x tokens / 2 floats) and a flag that they are written (zero between launches).
+  // (threads x tokens / 2 floats) and a flag that they are written (the routing zeroes it).
   float* stream_partials;
   int* stream_flags;
 };

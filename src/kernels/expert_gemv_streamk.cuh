@@ -10,10 +10,10 @@
 // A column group split between CTAs: its first piece is the last of the CTA that begins it, its
 // later pieces the first of the next CTAs with a share (with fewer units than CTAs, some have
 // none), which write their partial sums and raise a flag; the first piece's CTA adds them in CTA
-// order (the result does not depend on timing), stores, and clears the flags for the next launch
-// (the routing zeroes them too). A CTA waits only at its end, and only on later CTAs' first
-// pieces, so the launch progresses whenever two of its CTAs fit at once; the host launches as
-// many as are resident.
+// order (the result does not depend on timing) and stores. The routing zeroes the flags before
+// every forward (so this family never routes a batch itself). A CTA waits only at its end, and
+// only on later CTAs' first pieces, so the launch progresses whenever two of its CTAs fit at
+// once; the host launches as many as are resident.
 //
 // Grid: x = CTAs (the resident count, at most kMaxStreamCtas); one K range per piece, so no K
 // split. Budget: the touched experts' records once, a token tile's activations (all of K, from
@@ -59,7 +59,7 @@ __global__ void __launch_bounds__(kColumns * 32, 1) expert_gemv_streamk_kernel(E
     // The tile's work over all of K: its rows are staged whole, once per tile, and the piece
     // streams records [k0, k1) of each column.
     const int count = min(kTokens, args.expert_offsets[expert + 1] - first_row);
-    const GemvWork w = gemv_work_over(args, expert, first_row, count, 0, k_tiles);
+    const GemvWork w = gemv_work_of(args, expert, first_row, count, 0, 1);
     const int row_tile = item % groups * kColumns + warp, records = k1 - k0;
     const bool streams = row_tile < w.row_tiles;
     const unsigned char* column = w.column(args, row_tile) + static_cast<long long>(k0) * kRecordBytes;
@@ -105,7 +105,6 @@ __global__ void __launch_bounds__(kColumns * 32, 1) expert_gemv_streamk_kernel(E
         const float* theirs = partials + static_cast<long long>(next) * kStreamPartialFloats;
 #pragma unroll
         for (int i = 0; i < kAccumulators; ++i) acc[i / 4][i % 4] += __ldcg(theirs + i);
-        if (threadIdx.x == 0) args.stream_flags[next] = 0;
       }
     }
     if (!streams) continue;

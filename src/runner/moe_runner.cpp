@@ -185,12 +185,12 @@ void MoeRunner::Impl::run(const __nv_bfloat16* x, const float* logits, __nv_bflo
                               shape.fc1_rows(), shape.hidden, fc1_geometry.k_tiles(), shape.num_experts,
                               route.expert_offsets, route.active_experts, tile_offsets(plan.fc1), activation, 0, 0,
                               route_logits, num_tokens, route, layout.stream_partials_of(workspace, 0),
-                              layout.stream_flags_of(workspace, 0, shape)};
+                              layout.stream_flags_of(workspace, 0)};
   kernels::ExpertGemmArgs fc2{fc2_records, fc2_bias, activation, route.sorted_pairs, shape.top_k,
                               shape.hidden, shape.intermediate, fc2_geometry.k_tiles(), shape.num_experts,
                               route.expert_offsets, route.active_experts, tile_offsets(plan.fc2), expert_out,
                               split_stride, 0, route_logits, num_tokens, route, layout.stream_partials_of(workspace, 1),
-                              layout.stream_flags_of(workspace, 1, shape)};
+                              layout.stream_flags_of(workspace, 1)};
   if (plan.fused()) {  // one launch from here on: stopping after FC1 or FC2 runs it whole
     const kernels::FusedLayerArgs fused{fc1, fc2, route.topk_weights, route.pair_rows, num_tokens, out, route.schedule};
     launch_fused_layer(plan.fc1, fused, pairs, stream);

@@ -24,8 +24,10 @@ WorkspaceLayout WorkspaceLayout::of(const MoeShape& shape, int num_tokens) {
   w.tile_offsets = take(kernels::kTileSizeCount * (experts + 1) * 4);
   w.sorted_pairs = take(pairs * 4);
   w.pair_rows = take(pairs * 4);
-  w.schedule_words = kernels::fused_schedule_words(shape.num_experts, shape.hidden) + 2 * kernels::kMaxStreamCtas;
+  const int fused_words = kernels::fused_schedule_words(shape.num_experts, shape.hidden);
+  w.schedule_words = fused_words + 2 * kernels::kMaxStreamCtas;
   w.schedule = take(static_cast<size_t>(w.schedule_words) * 4);
+  w.stream_flags = w.schedule + static_cast<size_t>(fused_words) * 4;
   w.stream_partials = take(2ull * kernels::kMaxStreamCtas * kernels::kStreamPartialFloats * 4);
   w.activation = take(pairs * shape.intermediate * 2);
   w.expert_out = take(static_cast<size_t>(kMaxKSplit) * pairs * shape.hidden * 4);
@@ -47,9 +49,8 @@ float* WorkspaceLayout::stream_partials_of(void* base, int stage) const {
          static_cast<size_t>(stage) * kernels::kMaxStreamCtas * kernels::kStreamPartialFloats;
 }
 
-int* WorkspaceLayout::stream_flags_of(void* base, int stage, const MoeShape& shape) const {
-  return reinterpret_cast<int*>(static_cast<unsigned char*>(base) + schedule) +
-         kernels::fused_schedule_words(shape.num_experts, shape.hidden) + stage * kernels::kMaxStreamCtas;
+int* WorkspaceLayout::stream_flags_of(void* base, int stage) const {
+  return reinterpret_cast<int*>(static_cast<unsigned char*>(base) + stream_flags) + stage * kernels::kMaxStreamCtas;
 }
 
 }  // namespace mxmoe

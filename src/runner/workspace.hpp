@@ -18,6 +18,7 @@ struct WorkspaceLayout {
   size_t sorted_pairs = 0, pair_rows = 0;  // int [pairs]
   size_t schedule = 0;      // int: the fused layer's counters [fused_schedule_words(E, H)], then the
   int schedule_words = 0;   // stream-K flags of FC1 and FC2 [2][kMaxStreamCtas]; zeroed by the routing
+  size_t stream_flags = 0;     // int [2][kMaxStreamCtas], inside the schedule: FC1's, then FC2's
   size_t stream_partials = 0;  // fp32 [2][kMaxStreamCtas][kStreamPartialFloats]: FC1's, then FC2's
   size_t activation = 0;    // bf16 [pairs, I]: FC1's output in sorted-row order
   size_t expert_out = 0;    // fp32 [kMaxKSplit][pairs, H]: FC2's partial outputs
@@ -27,7 +28,7 @@ struct WorkspaceLayout {
   kernels::RouteBuffers route(void* base) const;
   // Stage s's (0: FC1, 1: FC2) stream-K partial sums and flags.
   float* stream_partials_of(void* base, int stage) const;
-  int* stream_flags_of(void* base, int stage, const MoeShape& shape) const;
+  int* stream_flags_of(void* base, int stage) const;
 };
 
 }  // namespace mxmoe

@@ -17,8 +17,8 @@ void validate_plan(const MoeShape& shape, const LayerPlan& plan, const Arch& arc
 //   expert past 8 rows is rare, and the GEMV walks it in extra passes), by the expected number of
 //   touched experts E (1 - (1 - k/E)^T): up to 4 (T = 1 at top-4), FC1 with 4 columns x 2 warps
 //   along K and FC2 with 2 columns x 4; up to 12, FC1 with 8 columns and FC2 with 4 columns x 2;
-//   past that, 8 columns for both;
-//   the 16-token GEMV (8 columns) for 5-8 expected rows;
+//   past that, the stream-K GEMV (one 24-warp CTA per SM) for both;
+//   the 16-token stream-K GEMV for 5-8 expected rows;
 //   otherwise 128-row tiles with the smallest token tile of 16, 32, 64, 128 covering the expected
 //   count (128 at most);
 //   every GEMV family only where its staged activations fit the arch's shared memory.
