@@ -72,17 +72,19 @@ __device__ __forceinline__ void mbarrier_wait(unsigned barrier, unsigned parity)
   }
 }
 
-// Streamed weights: read once, so keep them out of L1.
+// Streamed weights: read once, so keep them out of L1. A warp reads a record's 544 contiguous bytes,
+// then the next record's, so L2 is asked to fetch whole 256-byte blocks (measured on an H100:
+// 0.3-0.7 % off the decode layer; docs/perf-notes.md, round 26).
 __device__ __forceinline__ uint4 load_stream_16(const void* p) {
   uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+  asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
                : "l"(p));
   return v;
 }
 __device__ __forceinline__ unsigned load_stream_4(const void* p) {
   unsigned v;
-  asm volatile("ld.global.nc.L1::no_allocate.u32 %0, [%1];\n" : "=r"(v) : "l"(p));
+  asm volatile("ld.global.nc.L1::no_allocate.L2::256B.u32 %0, [%1];\n" : "=r"(v) : "l"(p));
   return v;
 }
 
