@@ -128,7 +128,7 @@ int tune_command(std::span<const std::string> args) {
           Tactic t = fc2;
           t.k_split = split;
           const LayerPlan plan{best_fc1, t};
-          if (plan.fc1 == best.plan.fc1 && plan.fc2 == best.plan.fc2) continue;
+          if (same_plan(plan, best.plan)) continue;
           try {
             validate_plan(shape, plan, *device.arch);
           } catch (const Error&) {
