@@ -141,6 +141,22 @@ __device__ __forceinline__ void scan_experts(const int* counts, int* offsets, in
   }
 }
 
+// Pair `first + lane` of a warp's 32 (expert -1 past `num_pairs`): its expert, the lanes whose
+// pair has the same expert, and how many of those are below this lane. Call with one whole warp.
+struct LanePair {
+  int expert;
+  unsigned peers;
+  int rank;
+};
+__device__ __forceinline__ LanePair lane_pair(const int* pair_experts, int first, int num_pairs) {
+  const int lane = threadIdx.x % 32, pair = first + lane;
+  LanePair p;
+  p.expert = pair < num_pairs ? pair_experts[pair] : -1;
+  p.peers = __match_any_sync(0xffffffffu, p.expert);
+  p.rank = __popc(p.peers & ((1u << lane) - 1u));
+  return p;
+}
+
 // The permutation of a batch of at most kOneWarpPermutePairs (64) pairs by one warp, after every
 // pair's expert is in `pair_experts` (its top-k, visible to the warp): lane l holds pairs l and
 // 32 + l, so a pair's rank among its expert's pairs is a match.any away, plus the expert's count
@@ -151,19 +167,17 @@ __device__ __forceinline__ void permute_small_batch(const int* pair_experts, int
                                                     int* counts, int* offsets, const RouteBuffers& route) {
   constexpr int kSteps = kOneWarpPermutePairs / 32;
   const int lane = threadIdx.x % 32;
-  const unsigned lanes_below = (1u << lane) - 1u;
   for (int e = lane; e < num_experts; e += 32) counts[e] = 0;
   __syncwarp();
   int experts[kSteps], ranks[kSteps];
 #pragma unroll
   for (int s = 0; s < kSteps; ++s) {
-    const int pair = 32 * s + lane;
-    experts[s] = pair < num_pairs ? pair_experts[pair] : -1;
-    const unsigned peers = __match_any_sync(0xffffffffu, experts[s]);
-    const int before = experts[s] >= 0 ? counts[experts[s]] : 0;
+    const LanePair p = lane_pair(pair_experts, 32 * s, num_pairs);
+    experts[s] = p.expert;
+    const int before = p.expert >= 0 ? counts[p.expert] : 0;
     __syncwarp();
-    ranks[s] = before + __popc(peers & lanes_below);
-    if (experts[s] >= 0 && (peers & lanes_below) == 0) counts[experts[s]] = before + __popc(peers);
+    ranks[s] = before + p.rank;
+    if (p.expert >= 0 && p.rank == 0) counts[p.expert] = before + __popc(p.peers);
     __syncwarp();
   }
   scan_experts(counts, offsets, num_experts, route);
@@ -186,10 +200,9 @@ __device__ __forceinline__ void permute_small_batch(const int* pair_experts, int
 __device__ __forceinline__ void rank_small_batch(const int* pair_experts, int num_pairs, int slot, int* pair_rows,
                                                  int* sorted_pairs, int* mine) {
   const int lane = threadIdx.x % 32;
-  const unsigned lanes_below = (1u << lane) - 1u;
-  const int expert = lane < num_pairs ? pair_experts[lane] : -1;
-  const unsigned peers = __match_any_sync(0xffffffffu, expert);
-  const bool leads = expert >= 0 && (peers & lanes_below) == 0;
+  const LanePair p = lane_pair(pair_experts, 0, num_pairs);
+  const int expert = p.expert;
+  const bool leads = expert >= 0 && p.rank == 0;
   const unsigned leaders = __ballot_sync(0xffffffffu, leads);
   int rows_before = 0, experts_before = 0;  // pairs, and distinct experts, below this pair's expert
   for (int q = 0; q < num_pairs; ++q) {
@@ -200,14 +213,14 @@ __device__ __forceinline__ void rank_small_batch(const int* pair_experts, int nu
     }
   }
   if (expert >= 0) {
-    const int row = rows_before + __popc(peers & lanes_below);
+    const int row = rows_before + p.rank;
     pair_rows[lane] = row;
     if (sorted_pairs) sorted_pairs[row] = lane;
   }
   if (mine && leads && experts_before == slot) {
     mine[0] = expert;
     mine[1] = rows_before;
-    mine[2] = __popc(peers);
+    mine[2] = __popc(p.peers);
   }
 }
 

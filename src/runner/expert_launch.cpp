@@ -30,41 +30,41 @@ long long resident_ctas(const void* kernel, int threads, int smem, const std::st
   return known.emplace(key, static_cast<long long>(per_sm) * sms).first->second;
 }
 
-// An expert-GEMM launch's arguments, grid and dynamic shared memory.
+// An expert-GEMM launch's grid, dynamic shared memory and staged token rows (the stream-K GEMV's
+// grid is the resident count: launch_expert_gemm).
 struct ExpertLaunch {
-  kernels::ExpertGemmArgs args;
   dim3 grid;
   int smem = 0;
+  int staged_rows = 0;
 };
 
 // `routes_itself`: the kernel routes a small batch itself (args.route_logits), which takes shared memory.
-ExpertLaunch expert_launch(const Tactic& tactic, const kernels::ExpertGemmArgs& args, int num_pairs, bool routes_itself) {
-  if (routes_itself && !can_route_in_expert_kernels({tactic, tactic}, num_pairs / args.top_k, args.top_k)) {
+ExpertLaunch expert_launch(const Tactic& tactic, const ExpertStageShape& shape, int num_pairs, bool routes_itself) {
+  if (routes_itself && !can_route_in_expert_kernels({tactic, tactic}, num_pairs / shape.top_k, shape.top_k)) {
     throw Error("internal: " + tactic.name() + " cannot route " + std::to_string(num_pairs) +
                 " pairs itself (only GEMV tactics do, up to " + std::to_string(kernels::kSmallBatchPairs) + ")");
   }
-  ExpertLaunch l{args, {}, 0};
-  kernels::ExpertGemmArgs& a = l.args;
-  a.staged_rows = std::min(tactic.tile_tokens, num_pairs / args.top_k);  // an expert gets a token at most once
-  const int k_split = tactic.k_split;
-  const unsigned max_active = static_cast<unsigned>(std::min(args.num_experts, num_pairs));
-  const unsigned row_tiles = static_cast<unsigned>(args.rows / 16);
+  ExpertLaunch l;
+  l.staged_rows = std::min(tactic.tile_tokens, num_pairs / shape.top_k);  // an expert gets a token at most once
+  const int k_split = tactic.k_split, k_tiles = shape.k_tiles;
+  const unsigned max_active = static_cast<unsigned>(std::min(shape.num_experts, num_pairs));
+  const unsigned row_tiles = static_cast<unsigned>(shape.rows / 16);
   if (tactic.family == KernelFamily::kGemvRing) {
     const unsigned columns = static_cast<unsigned>(tactic.warps_rows);
     l.grid = dim3((row_tiles + columns - 1) / columns, max_active, static_cast<unsigned>(k_split));
-    l.smem = kernels::ring_smem_bytes(tactic.tile_tokens, a.staged_rows, args.k_tiles, k_split, tactic.warps_rows,
+    l.smem = kernels::ring_smem_bytes(tactic.tile_tokens, l.staged_rows, k_tiles, k_split, tactic.warps_rows,
                                       tactic.stages);
   } else if (tactic.family == KernelFamily::kGemvStreamK) {  // grid: the resident CTAs (launch_expert_gemm)
-    l.smem = kernels::gemv_smem_bytes(tactic.tile_tokens, a.staged_rows, args.k_tiles, 1, tactic.warps_rows, 1);
+    l.smem = kernels::gemv_smem_bytes(tactic.tile_tokens, l.staged_rows, k_tiles, 1, tactic.warps_rows, 1);
   } else if (tactic.family == KernelFamily::kGemv) {
     const unsigned columns = static_cast<unsigned>(tactic.warps_rows);
     l.grid = dim3((row_tiles + columns - 1) / columns, max_active, static_cast<unsigned>(k_split));
-    l.smem = kernels::gemv_smem_bytes(tactic.tile_tokens, a.staged_rows, args.k_tiles, k_split, tactic.warps_rows,
+    l.smem = kernels::gemv_smem_bytes(tactic.tile_tokens, l.staged_rows, k_tiles, k_split, tactic.warps_rows,
                                       tactic.warps_tokens);
-    if (routes_itself) l.smem = kernels::small_route_offset(l.smem) + kernels::small_route_bytes(args.num_experts);
+    if (routes_itself) l.smem = kernels::small_route_offset(l.smem) + kernels::small_route_bytes(shape.num_experts);
   } else {
     l.grid = dim3(static_cast<unsigned>(num_pairs / tactic.tile_tokens) + max_active,
-                  static_cast<unsigned>((args.rows + tactic.tile_rows - 1) / tactic.tile_rows),
+                  static_cast<unsigned>((shape.rows + tactic.tile_rows - 1) / tactic.tile_rows),
                   static_cast<unsigned>(k_split));
     l.smem = kernels::mma_tile_smem_bytes(tactic.tile_rows, tactic.tile_tokens, tactic.stages);
   }
@@ -73,10 +73,10 @@ ExpertLaunch expert_launch(const Tactic& tactic, const kernels::ExpertGemmArgs& 
 
 }  // namespace
 
-bool expert_gemm_routing_itself_fits_one_wave(Stage stage, const Tactic& tactic, const kernels::ExpertGemmArgs& args,
+bool expert_gemm_routing_itself_fits_one_wave(Stage stage, const Tactic& tactic, const ExpertStageShape& shape,
                                               int num_pairs) {
   const ExpertKernels& k = expert_kernels(tactic);
-  const ExpertLaunch l = expert_launch(tactic, args, num_pairs, true);
+  const ExpertLaunch l = expert_launch(tactic, shape, num_pairs, true);
   const long long ctas = static_cast<long long>(l.grid.x) * l.grid.y * l.grid.z;
   return ctas <= resident_ctas(stage == Stage::kFc1 ? k.fc1 : k.fc2, 32 * tactic.warps(), l.smem, tactic.name());
 }
@@ -84,7 +84,10 @@ bool expert_gemm_routing_itself_fits_one_wave(Stage stage, const Tactic& tactic,
 void launch_expert_gemm(Stage stage, const Tactic& tactic, const kernels::ExpertGemmArgs& args, int num_pairs,
                         cudaStream_t stream) {
   const ExpertKernels& k = expert_kernels(tactic);
-  ExpertLaunch l = expert_launch(tactic, args, num_pairs, args.route_logits != nullptr);
+  const ExpertStageShape shape{args.rows, args.k_tiles, args.num_experts, args.top_k};
+  ExpertLaunch l = expert_launch(tactic, shape, num_pairs, args.route_logits != nullptr);
+  kernels::ExpertGemmArgs launch_args = args;
+  launch_args.staged_rows = l.staged_rows;
   const void* kernel = stage == Stage::kFc1 ? k.fc1 : k.fc2;
   if (tactic.family == KernelFamily::kGemvStreamK) {  // every CTA resident at once: they wait on each other
     const long long resident = resident_ctas(kernel, 32 * tactic.warps(), l.smem, tactic.name());
@@ -94,7 +97,7 @@ void launch_expert_gemm(Stage stage, const Tactic& tactic, const kernels::Expert
     l.grid = dim3(static_cast<unsigned>(std::min<long long>(resident, kernels::kMaxStreamCtas)));
   }
   int k_split = tactic.k_split;
-  void* params[] = {&l.args, &k_split};
+  void* params[] = {&launch_args, &k_split};
   launch_programmatic(kernel, l.grid, dim3(32 * tactic.warps()), params,
                       static_cast<size_t>(l.smem), stream,
                       std::string(stage == Stage::kFc1 ? "FC1 " : "FC2 ") + tactic.name() + " launch");

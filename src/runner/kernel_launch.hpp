@@ -23,12 +23,16 @@ void launch_routing(const float* logits, int num_tokens, int num_experts, int to
 // kernels on first use (see MoeRunner::prepare to do that ahead of a graph capture).
 void launch_expert_gemm(Stage stage, const Tactic& tactic, const kernels::ExpertGemmArgs& args, int num_pairs,
                         cudaStream_t stream);
+// What an expert-GEMM launch's grid and shared memory depend on besides the tactic and the pairs:
+// the stage's weight rows and K tiles, and the layer's experts and top-k.
+struct ExpertStageShape {
+  int rows = 0, k_tiles = 0, num_experts = 0, top_k = 0;
+};
 // Whether every CTA of the expert-GEMM launch, routing its small batch itself, is resident at once
-// on the current device (one wave). Only the shape fields of `args` matter. A small batch routes
-// itself in the expert kernels only then (MoeRunner; docs/perf-notes.md, decode round 16): a CTA
-// of a later wave would pay the routing before its first load, while the streaming CTAs wait on
-// its issue slots.
-bool expert_gemm_routing_itself_fits_one_wave(Stage stage, const Tactic& tactic, const kernels::ExpertGemmArgs& args,
+// on the current device (one wave). A small batch routes itself in the expert kernels only then
+// (MoeRunner; docs/perf-notes.md, decode round 16): a CTA of a later wave would pay the routing
+// before its first load, while the streaming CTAs wait on its issue slots.
+bool expert_gemm_routing_itself_fits_one_wave(Stage stage, const Tactic& tactic, const ExpertStageShape& shape,
                                               int num_pairs);
 // The fused layer (a kFused tactic): FC1, FC2 and the un-permute in one launch after the routing;
 // `args.schedule` must have been zeroed by that routing.

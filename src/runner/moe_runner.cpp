@@ -146,12 +146,7 @@ void MoeRunner::prepare(int max_tokens) const {
 
 bool MoeRunner::Impl::routes_in_expert_kernels(const LayerPlan& plan, int num_tokens) const {
   if (!can_route_in_expert_kernels(plan, num_tokens, shape.top_k)) return false;
-  kernels::ExpertGemmArgs fc1{};  // the launch shape's fields
-  fc1.top_k = shape.top_k;
-  fc1.rows = shape.fc1_rows();
-  fc1.k = shape.hidden;
-  fc1.k_tiles = fc1_geometry.k_tiles();
-  fc1.num_experts = shape.num_experts;
+  const ExpertStageShape fc1{shape.fc1_rows(), fc1_geometry.k_tiles(), shape.num_experts, shape.top_k};
   return expert_gemm_routing_itself_fits_one_wave(Stage::kFc1, plan.fc1, fc1, num_tokens * shape.top_k);
 }
 
