@@ -9,6 +9,7 @@
 #include "runner/cuda_check.hpp"
 #include "runner/expert_modules.hpp"
 #include "runner/kernel_launch.hpp"
+#include "tactics/tactic_choice.hpp"
 
 namespace mxmoe {
 namespace {
@@ -46,28 +47,18 @@ ExpertLaunch expert_launch(const Tactic& tactic, const ExpertStageShape& shape, 
   }
   ExpertLaunch l;
   l.staged_rows = std::min(tactic.tile_tokens, num_pairs / shape.top_k);  // an expert gets a token at most once
-  const int k_split = tactic.k_split, k_tiles = shape.k_tiles;
+  const int k_split = tactic.k_split;
   const unsigned max_active = static_cast<unsigned>(std::min(shape.num_experts, num_pairs));
   const unsigned row_tiles = static_cast<unsigned>(shape.rows / 16);
-  if (tactic.family == KernelFamily::kGemvRing) {
+  l.smem = expert_stage_smem_bytes(tactic, l.staged_rows, shape.k_tiles, routes_itself ? shape.num_experts : 0);
+  if (tactic.family == KernelFamily::kGemvRing || tactic.family == KernelFamily::kGemv) {
     const unsigned columns = static_cast<unsigned>(tactic.warps_rows);
     l.grid = dim3((row_tiles + columns - 1) / columns, max_active, static_cast<unsigned>(k_split));
-    l.smem = kernels::ring_smem_bytes(tactic.tile_tokens, l.staged_rows, k_tiles, k_split, tactic.warps_rows,
-                                      tactic.stages);
-  } else if (tactic.family == KernelFamily::kGemvStreamK) {  // grid: the resident CTAs (launch_expert_gemm)
-    l.smem = kernels::gemv_smem_bytes(tactic.tile_tokens, l.staged_rows, k_tiles, 1, tactic.warps_rows, 1);
-  } else if (tactic.family == KernelFamily::kGemv) {
-    const unsigned columns = static_cast<unsigned>(tactic.warps_rows);
-    l.grid = dim3((row_tiles + columns - 1) / columns, max_active, static_cast<unsigned>(k_split));
-    l.smem = kernels::gemv_smem_bytes(tactic.tile_tokens, l.staged_rows, k_tiles, k_split, tactic.warps_rows,
-                                      tactic.warps_tokens);
-    if (routes_itself) l.smem = kernels::small_route_offset(l.smem) + kernels::small_route_bytes(shape.num_experts);
-  } else {
+  } else if (tactic.family == KernelFamily::kMmaTile) {
     l.grid = dim3(static_cast<unsigned>(num_pairs / tactic.tile_tokens) + max_active,
                   static_cast<unsigned>((shape.rows + tactic.tile_rows - 1) / tactic.tile_rows),
                   static_cast<unsigned>(k_split));
-    l.smem = kernels::mma_tile_smem_bytes(tactic.tile_rows, tactic.tile_tokens, tactic.stages);
-  }
+  }  // the stream-K GEMV's grid is the resident CTAs (launch_expert_gemm)
   return l;
 }
 

@@ -122,24 +122,38 @@ void validate_plan(const MoeShape& shape, const LayerPlan& plan, const Arch& arc
                    : stage == Stage::kFc1 ? " (FC1's SwiGLU needs whole sums)" : ""));
     }
     const int fc1_k_tiles = (shape.hidden + 63) / 64, fc2_k_tiles = (shape.intermediate + 63) / 64;
+    // A GEMV is checked with a small batch's routing past it, which it may hold.
     const int smem =
         tactic.family == KernelFamily::kFused
             ? kernels::fused_smem_bytes(tactic.tile_tokens, tactic.tile_tokens, fc1_k_tiles, fc2_k_tiles,
                                         tactic.warps_rows, tactic.warps_tokens, shape.num_experts)
-        : tactic.family == KernelFamily::kGemv  // with a small batch's routing past it
-            ? kernels::small_route_offset(kernels::gemv_smem_bytes(tactic.tile_tokens, tactic.tile_tokens, k_tiles,
-                                                                   tactic.k_split, tactic.warps_rows, tactic.warps_tokens)) +
-                  kernels::small_route_bytes(shape.num_experts)
-        : stream_k ? kernels::gemv_smem_bytes(tactic.tile_tokens, tactic.tile_tokens, k_tiles, 1, tactic.warps_rows, 1)
-        : tactic.family == KernelFamily::kGemvRing
-            ? kernels::ring_smem_bytes(tactic.tile_tokens, tactic.tile_tokens, k_tiles, tactic.k_split,
-                                       tactic.warps_rows, tactic.stages)
-            : 0;
+            : expert_stage_smem_bytes(tactic, tactic.tile_tokens, k_tiles,
+                                      tactic.family == KernelFamily::kGemv ? shape.num_experts : 0);
     if (smem > arch.smem_per_block) {
       throw Error(which + " tactic " + tactic.name() + ": K = " + std::to_string(k_tiles * 64) +
                   " needs more shared memory than " + std::string(arch.name) + " has; use a K split or a tiled tactic");
     }
   }
+}
+
+int expert_stage_smem_bytes(const Tactic& t, int staged_rows, int k_tiles, int self_routed_experts) {
+  switch (t.family) {
+    case KernelFamily::kGemv: {
+      const int own = kernels::gemv_smem_bytes(t.tile_tokens, staged_rows, k_tiles, t.k_split, t.warps_rows,
+                                               t.warps_tokens);
+      if (self_routed_experts == 0) return own;
+      return kernels::small_route_offset(own) + kernels::small_route_bytes(self_routed_experts);
+    }
+    case KernelFamily::kGemvStreamK:
+      return kernels::gemv_smem_bytes(t.tile_tokens, staged_rows, k_tiles, 1, t.warps_rows, 1);
+    case KernelFamily::kGemvRing:
+      return kernels::ring_smem_bytes(t.tile_tokens, staged_rows, k_tiles, t.k_split, t.warps_rows, t.stages);
+    case KernelFamily::kMmaTile:
+      return kernels::mma_tile_smem_bytes(t.tile_rows, t.tile_tokens, t.stages);
+    case KernelFamily::kFused:
+      break;
+  }
+  throw Error("internal: " + t.name() + " is a whole-layer tactic; its shared memory is the fused layer's");
 }
 
 LayerPlan heuristic_plan(const MoeShape& shape, int num_tokens, const Arch& arch) {
