@@ -88,6 +88,17 @@ __device__ __forceinline__ unsigned load_stream_4(const void* p) {
   return v;
 }
 
+// A device-scope flag or counter in global memory: a release store (the writer's earlier stores
+// are visible before it) and an acquire load (the reader's later loads see what came before it).
+__device__ __forceinline__ void store_release(int* flag, int value) {
+  asm volatile("st.release.gpu.global.b32 [%0], %1;\n" ::"l"(flag), "r"(value) : "memory");
+}
+__device__ __forceinline__ int load_acquire(const int* flag) {
+  int value;
+  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(value) : "l"(flag) : "memory");
+  return value;
+}
+
 // Programmatic dependent launch (sm_90+). A kernel launched with programmatic stream
 // serialization may start while its predecessor runs; `wait` blocks until the predecessor grids
 // have completed and their writes are visible (a no-op without such a launch). `allow` lets this

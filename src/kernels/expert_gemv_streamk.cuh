@@ -25,15 +25,6 @@
 
 namespace mxmoe::kernels {
 
-__device__ __forceinline__ void store_release(int* flag, int value) {
-  asm volatile("st.release.gpu.global.b32 [%0], %1;\n" ::"l"(flag), "r"(value) : "memory");
-}
-__device__ __forceinline__ int load_acquire(const int* flag) {
-  int value;
-  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(value) : "l"(flag) : "memory");
-  return value;
-}
-
 template <int kColumns, int kTokens, bool kFc1, int kUnroll>
 __global__ void __launch_bounds__(kColumns * 32, 1) expert_gemv_streamk_kernel(ExpertGemmArgs args, int /*k_split*/) {
   static_assert(kTokens == 8 || kTokens == 16, "8 or 16 tokens per tile");

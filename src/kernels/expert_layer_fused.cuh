@@ -33,12 +33,7 @@ __device__ __forceinline__ int count_item_done(int* counter) {
 // items wrote (through L2).
 __device__ __forceinline__ void wait_for_count(const int* counter, int target) {
   if (threadIdx.x == 0) {
-    for (;;) {
-      int count;
-      asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(count) : "l"(counter) : "memory");
-      if (count >= target) break;
-      __nanosleep(100);
-    }
+    while (load_acquire(counter) < target) __nanosleep(100);
     __threadfence();
   }
   __syncthreads();
