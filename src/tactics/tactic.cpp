@@ -161,8 +161,7 @@ LayerPlan heuristic_plan(const MoeShape& shape, int num_tokens, const Arch& arch
   const long long rows_expected = (pairs + shape.num_experts - 1) / shape.num_experts;
   const int fc1_k_tiles = (shape.hidden + 63) / 64;
   auto fits = [&](const Tactic& t) {
-    return kernels::gemv_smem_bytes(t.tile_tokens, t.tile_tokens, fc1_k_tiles, 1, t.warps_rows, t.warps_tokens) <=
-           arch.smem_per_block;
+    return expert_stage_smem_bytes(t, t.tile_tokens, fc1_k_tiles, 0) <= arch.smem_per_block;
   };
   // Up to ~4 rows per expert (an expert past 8 takes a second pass over its weights, rare there).
   if (fits(kGemvWide) && (num_tokens <= kGemvWide.tile_tokens || rows_expected <= 4)) {
