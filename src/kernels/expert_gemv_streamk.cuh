@@ -26,13 +26,29 @@
 namespace mxmoe::kernels {
 
 template <int kColumns, int kTokens, bool kFc1, int kUnroll>
-__global__ void __launch_bounds__(kColumns * 32, 1) expert_gemv_streamk_kernel(ExpertGemmArgs args, int /*k_split*/) {
+__global__ void __launch_bounds__(kColumns * 32, 1) expert_gemv_streamk_kernel(ExpertGemmArgs routing_args,
+                                                                                int /*k_split*/) {
   static_assert(kTokens == 8 || kTokens == 16, "8 or 16 tokens per tile");
   static_assert(kColumns * 32 * kTokens / 2 <= kStreamPartialFloats, "partial sums past the workspace's slot");
   constexpr int kAccumulators = kTokens / 8 * 4;
   if constexpr (kFc1) {
     wait_for_prerequisite_grids();  // the routing
     allow_dependent_grids();
+  }
+  // Every piece looks its tile's expert up in the tile offsets (a binary search) and then reads the
+  // expert's offsets: in shared memory, one round trip of parallel loads, where from global memory
+  // that chain was ~8 dependent L2 round trips before a CTA's first weight load (round 30).
+  ExpertGemmArgs args = routing_args;
+  {
+    const int experts = args.num_experts;
+    int* offsets = reinterpret_cast<int*>(dynamic_smem() + stream_offsets_at(kTokens, args.staged_rows, args.k_tiles));
+    for (int e = threadIdx.x; e <= experts; e += blockDim.x) {
+      offsets[e] = args.tile_offsets[e];
+      offsets[experts + 1 + e] = args.expert_offsets[e];
+    }
+    __syncthreads();
+    args.tile_offsets = offsets;
+    args.expert_offsets = offsets + experts + 1;
   }
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int k_tiles = args.k_tiles, groups = (args.rows / kRecordRows + kColumns - 1) / kColumns;

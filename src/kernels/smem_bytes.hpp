@@ -22,6 +22,15 @@ constexpr int gemv_smem_bytes(int tokens, int rows, int k_tiles, int k_split, in
   return gemv_staging_bytes(tokens, rows, k_tiles, k_split) + columns * (warps_k - 1) * 32 * tokens / 2 * 4;
 }
 
+// Stream-K GEMV: the staging, then (16-byte aligned) a copy of the routing's tile offsets and
+// expert offsets, [E + 1] each, which every piece searches (expert_gemv_streamk.cuh).
+constexpr int stream_offsets_at(int tokens, int rows, int k_tiles) {
+  return (gemv_staging_bytes(tokens, rows, k_tiles, 1) + 15) / 16 * 16;
+}
+constexpr int stream_smem_bytes(int tokens, int rows, int k_tiles, int num_experts) {
+  return stream_offsets_at(tokens, rows, k_tiles) + 2 * (num_experts + 1) * 4;
+}
+
 // A batch that routes itself (expert_gemm.cuh) keeps its routing past the kernel's own shared
 // memory, 16-byte aligned: each pair's expert, weight, sorted row and each sorted row's pair
 // (kSmallBatchPairs each), the CTA's own words (its expert, first row, row count), and the

@@ -50,7 +50,7 @@ ExpertLaunch expert_launch(const Tactic& tactic, const ExpertStageShape& shape, 
   const int k_split = tactic.k_split;
   const unsigned max_active = static_cast<unsigned>(std::min(shape.num_experts, num_pairs));
   const unsigned row_tiles = static_cast<unsigned>(shape.rows / 16);
-  l.smem = expert_stage_smem_bytes(tactic, l.staged_rows, shape.k_tiles, routes_itself ? shape.num_experts : 0);
+  l.smem = expert_stage_smem_bytes(tactic, l.staged_rows, shape.k_tiles, shape.num_experts, routes_itself);
   if (tactic.family == KernelFamily::kGemvRing || tactic.family == KernelFamily::kGemv) {
     const unsigned columns = static_cast<unsigned>(tactic.warps_rows);
     l.grid = dim3((row_tiles + columns - 1) / columns, max_active, static_cast<unsigned>(k_split));

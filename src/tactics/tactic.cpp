@@ -127,8 +127,8 @@ void validate_plan(const MoeShape& shape, const LayerPlan& plan, const Arch& arc
         tactic.family == KernelFamily::kFused
             ? kernels::fused_smem_bytes(tactic.tile_tokens, tactic.tile_tokens, fc1_k_tiles, fc2_k_tiles,
                                         tactic.warps_rows, tactic.warps_tokens, shape.num_experts)
-            : expert_stage_smem_bytes(tactic, tactic.tile_tokens, k_tiles,
-                                      tactic.family == KernelFamily::kGemv ? shape.num_experts : 0);
+            : expert_stage_smem_bytes(tactic, tactic.tile_tokens, k_tiles, shape.num_experts,
+                                      tactic.family == KernelFamily::kGemv);
     if (smem > arch.smem_per_block) {
       throw Error(which + " tactic " + tactic.name() + ": K = " + std::to_string(k_tiles * 64) +
                   " needs more shared memory than " + std::string(arch.name) + " has; use a K split or a tiled tactic");
@@ -136,16 +136,16 @@ void validate_plan(const MoeShape& shape, const LayerPlan& plan, const Arch& arc
   }
 }
 
-int expert_stage_smem_bytes(const Tactic& t, int staged_rows, int k_tiles, int self_routed_experts) {
+int expert_stage_smem_bytes(const Tactic& t, int staged_rows, int k_tiles, int num_experts, bool routes_itself) {
   switch (t.family) {
     case KernelFamily::kGemv: {
       const int own = kernels::gemv_smem_bytes(t.tile_tokens, staged_rows, k_tiles, t.k_split, t.warps_rows,
                                                t.warps_tokens);
-      if (self_routed_experts == 0) return own;
-      return kernels::small_route_offset(own) + kernels::small_route_bytes(self_routed_experts);
+      if (!routes_itself) return own;
+      return kernels::small_route_offset(own) + kernels::small_route_bytes(num_experts);
     }
     case KernelFamily::kGemvStreamK:
-      return kernels::gemv_smem_bytes(t.tile_tokens, staged_rows, k_tiles, 1, t.warps_rows, 1);
+      return kernels::stream_smem_bytes(t.tile_tokens, staged_rows, k_tiles, num_experts);
     case KernelFamily::kGemvRing:
       return kernels::ring_smem_bytes(t.tile_tokens, staged_rows, k_tiles, t.k_split, t.warps_rows, t.stages);
     case KernelFamily::kMmaTile:
@@ -161,7 +161,7 @@ LayerPlan heuristic_plan(const MoeShape& shape, int num_tokens, const Arch& arch
   const long long rows_expected = (pairs + shape.num_experts - 1) / shape.num_experts;
   const int fc1_k_tiles = (shape.hidden + 63) / 64;
   auto fits = [&](const Tactic& t) {
-    return expert_stage_smem_bytes(t, t.tile_tokens, fc1_k_tiles, 0) <= arch.smem_per_block;
+    return expert_stage_smem_bytes(t, t.tile_tokens, fc1_k_tiles, shape.num_experts, false) <= arch.smem_per_block;
   };
   // Up to ~4 rows per expert (an expert past 8 takes a second pass over its weights, rare there).
   if (fits(kGemvWide) && (num_tokens <= kGemvWide.tile_tokens || rows_expected <= 4)) {

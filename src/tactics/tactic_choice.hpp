@@ -13,10 +13,10 @@ void validate_plan(const MoeShape& shape, const LayerPlan& plan, const Arch& arc
 
 // The dynamic shared memory of a per-stage (not fused) expert kernel of tactic `t` that stages
 // `staged_rows` token rows over `k_tiles` K tiles: the launch's (the batch's rows, at most
-// t.tile_tokens) and validate_plan's worst case (t.tile_tokens) alike. A GEMV that routes a small
-// batch itself keeps that routing past its own memory: `self_routed_experts` is then the layer's
-// experts, otherwise 0.
-int expert_stage_smem_bytes(const Tactic& t, int staged_rows, int k_tiles, int self_routed_experts);
+// t.tile_tokens) and validate_plan's worst case (t.tile_tokens) alike, for a layer of `num_experts`
+// experts. A GEMV that routes a small batch itself (`routes_itself`) keeps that routing past its own
+// memory; the stream-K GEMV keeps a copy of the routing's offsets.
+int expert_stage_smem_bytes(const Tactic& t, int staged_rows, int k_tiles, int num_experts, bool routes_itself);
 
 // The documented default (docs/tactics.md), from what `mxmoe tune` chose on an H100:
 //   rows per expert: expected ceil(T k / E), worst case T (a token adds at most one row per expert)
