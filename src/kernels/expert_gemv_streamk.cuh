@@ -17,8 +17,9 @@
 //
 // Grid: x = CTAs (the resident count, at most kMaxStreamCtas); one K range per piece, so no K
 // split. Budget: the touched experts' records once, a token tile's activations (all of K, from
-// L2) once per CTA that streams any of its columns, and per split column group one CTA's partial
-// sums (threads x kTokens / 2 floats) through L2.
+// L2) once per CTA that streams any of its columns, per split column group one CTA's partial sums
+// (threads x kTokens / 2 floats) through L2, and per CTA the routing's tile and expert offsets
+// (8 (E + 1) bytes, from L2, kept in shared memory).
 #pragma once
 
 #include "kernels/expert_gemv.cuh"
@@ -37,7 +38,8 @@ __global__ void __launch_bounds__(kColumns * 32, 1) expert_gemv_streamk_kernel(E
   }
   // Every piece looks its tile's expert up in the tile offsets (a binary search) and then reads the
   // expert's offsets: in shared memory, one round trip of parallel loads, where from global memory
-  // that chain was ~8 dependent L2 round trips before a CTA's first weight load (round 30).
+  // that chain was ~8 dependent L2 round trips before a CTA's first weight load (docs/perf-notes.md,
+  // round 30).
   ExpertGemmArgs args = routing_args;
   {
     const int experts = args.num_experts;
