@@ -9,6 +9,9 @@ namespace mxmoe::kernels {
 
 constexpr int kSmemActivationRowBytes = (64 + 8) * 2;  // one token's 64 K of bf16, +16 bytes against bank conflicts
 
+// `bytes` rounded up to 16, where a region after another starts (16-byte vector accesses).
+constexpr int align16(int bytes) { return (bytes + 15) / 16 * 16; }
+
 // The GEMV families' token staging for a `tokens`-token tactic (8 or 16) that stages `rows` of
 // them (min(tokens, the batch's tokens)): the tactic's source-row slots (8 bytes each), then the
 // rows of the split's K range (+16 bytes each).
@@ -25,7 +28,7 @@ constexpr int gemv_smem_bytes(int tokens, int rows, int k_tiles, int k_split, in
 // Stream-K GEMV: the staging, then (16-byte aligned) a copy of the routing's tile offsets and
 // expert offsets, [E + 1] each, which every piece searches (expert_gemv_streamk.cuh).
 constexpr int stream_offsets_at(int tokens, int rows, int k_tiles) {
-  return (gemv_staging_bytes(tokens, rows, k_tiles, 1) + 15) / 16 * 16;
+  return align16(gemv_staging_bytes(tokens, rows, k_tiles, 1));
 }
 constexpr int stream_smem_bytes(int tokens, int rows, int k_tiles, int num_experts) {
   return stream_offsets_at(tokens, rows, k_tiles) + 2 * (num_experts + 1) * 4;
@@ -36,7 +39,7 @@ constexpr int stream_smem_bytes(int tokens, int rows, int k_tiles, int num_exper
 // (kSmallBatchPairs each), the CTA's own words (its expert, first row, row count), and the
 // workspace writer's counts [E] and offsets [E + 1].
 constexpr int kSmallRouteOwnWords = 3;
-constexpr int small_route_offset(int kernel_bytes) { return (kernel_bytes + 15) / 16 * 16; }
+constexpr int small_route_offset(int kernel_bytes) { return align16(kernel_bytes); }
 constexpr int small_route_bytes(int num_experts) {
   return 4 * (4 * kSmallBatchPairs + kSmallRouteOwnWords + 2 * num_experts + 1);
 }
@@ -49,7 +52,7 @@ constexpr int kFusedControlBytes = 256;
 constexpr int fused_control_offset(int tokens, int rows, int fc1_k_tiles, int fc2_k_tiles, int columns, int warps_k) {
   const int fc1 = gemv_smem_bytes(tokens, rows, fc1_k_tiles, 1, columns, warps_k);
   const int fc2 = gemv_smem_bytes(tokens, rows, fc2_k_tiles, 1, columns, warps_k);
-  return ((fc1 > fc2 ? fc1 : fc2) + 15) / 16 * 16;
+  return align16(fc1 > fc2 ? fc1 : fc2);
 }
 constexpr int fused_smem_bytes(int tokens, int rows, int fc1_k_tiles, int fc2_k_tiles, int columns, int warps_k,
                                int num_experts) {
