@@ -28,7 +28,7 @@ struct RoutingView {
 };
 
 // How far forward() goes: the whole layer, or (for measuring the stages inside a graph) the stages
-// up to and including one; a forward that stops early leaves `out` unwritten. A fused plan runs
+// up to and including one; a forward that stops early leaves `out` unwritten. A whole-layer plan runs
 // FC1, FC2 and the un-permute as one launch, so stopping after FC1 or FC2 runs the whole layer.
 // A small batch for which MoeRunner::routes_in_expert_kernels holds is routed inside FC1 and FC2, so
 // stopping after the routing launches nothing and leaves the routing buffers unwritten; they are
@@ -55,9 +55,12 @@ class MoeRunner {
   LayerPlan heuristic_plan(int num_tokens) const;
   bool tuned() const;  // a tuned table was found for this device and shape
 
-  // Loads (compiling if the ahead-of-time set lacks them) the kernels of every plan forward() may
-  // choose for up to `max_tokens` tokens, so that no later forward, and no graph capture, waits on
-  // a compiler or a module load. forward() does the same lazily for a plan it has not seen.
+  // Decides, for every token count up to `max_tokens`, what forward() launches (the plan's kernels,
+  // loaded now and compiled first if the ahead-of-time set lacks them, their grids and shared
+  // memory, whether the batch routes itself), so that a forward of up to `max_tokens` tokens only
+  // looks its launches up and launches, and no graph capture waits on a compiler or a module load.
+  // A forward of more tokens than prepared, or with a plan other than the prepared one, makes its
+  // launches first, on the host, before any launch.
   void prepare(int max_tokens) const;
 
   // x [T, H] bf16 and out [T, H] bf16 (16-byte aligned), router_logits [T, E] fp32: device
@@ -74,7 +77,7 @@ class MoeRunner {
 
   // Whether forward() of `num_tokens` tokens under `plan` runs with no routing launch, FC1 and FC2
   // routing the batch themselves: a batch that can (can_route_in_expert_kernels) and whose FC1 grid
-  // is resident at once on this device. Host-only; loads the plan's FC1 kernels to ask.
+  // is resident at once on this device. Host-only; loads the plan's kernels to ask.
   bool routes_in_expert_kernels(const LayerPlan& plan, int num_tokens) const;
 
  private:

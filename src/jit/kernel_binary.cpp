@@ -6,6 +6,7 @@
 
 #include "common/hash.hpp"
 #include "jit/embedded_sources.hpp"
+#include "kernels/family_registry.hpp"
 #include "mxmoe/error.hpp"
 
 namespace mxmoe {
@@ -13,42 +14,18 @@ namespace {
 
 constexpr std::string_view kMagic = "MXMOE-KERNEL 1\n";
 
-std::string payload_hash(std::span<const uint8_t> payload) { return Hash128().add(payload.data(), payload.size()).hex(); }
+std::string payload_hash(std::span<const uint8_t> payload) {
+  return Hash128().add(payload.data(), payload.size()).hex();
+}
 
 }  // namespace
 
 CompileRequest compile_request(const Tactic& tactic, const Arch& arch) {
-  const Tactic t = tactic.binary();
-  CompileRequest r;
-  r.arch = std::string(arch.target);
   // One module per tactic holds both stages: FC1 (SwiGLU epilogue) first, then FC2.
-  const std::string n = std::to_string(t.warps_rows);
-  for (const char* fc1 : {"true", "false"}) {
-    if (t.family == KernelFamily::kGemvRing) {
-      r.source = "#include \"kernels/expert_gemv_ring.cuh\"\n";
-      r.name_expressions.push_back("&mxmoe::kernels::expert_gemv_ring_kernel<" + n + ", " +
-                                   std::to_string(t.tile_tokens) + ", " + fc1 + ", " + std::to_string(t.stages) + ">");
-    } else if (t.family == KernelFamily::kFused) {  // one kernel serves both stages: both names are its
-      r.source = "#include \"kernels/expert_layer_fused.cuh\"\n";
-      r.name_expressions.push_back("&mxmoe::kernels::expert_layer_fused_kernel<" + n + ", " +
-                                   std::to_string(t.warps_tokens) + ", " + std::to_string(t.tile_tokens) + ", " +
-                                   std::to_string(t.stages) + ">");
-    } else if (t.family == KernelFamily::kGemvStreamK) {
-      r.source = "#include \"kernels/expert_gemv_streamk.cuh\"\n";
-      r.name_expressions.push_back("&mxmoe::kernels::expert_gemv_streamk_kernel<" + n + ", " +
-                                   std::to_string(t.tile_tokens) + ", " + fc1 + ", " + std::to_string(t.stages) + ">");
-    } else if (t.family == KernelFamily::kGemv) {
-      r.source = "#include \"kernels/expert_gemv.cuh\"\n";
-      r.name_expressions.push_back("&mxmoe::kernels::expert_gemv_kernel<" + n + ", " + std::to_string(t.warps_tokens) +
-                                   ", " + std::to_string(t.tile_tokens) + ", " + fc1 + ", " + std::to_string(t.stages) + ">");
-    } else {
-      r.source = "#include \"kernels/expert_mma_tile.cuh\"\n";
-      r.name_expressions.push_back("&mxmoe::kernels::expert_mma_tile_kernel<" + std::to_string(t.tile_rows) + ", " +
-                                   std::to_string(t.tile_tokens) + ", " + n + ", " + std::to_string(t.warps_tokens) +
-                                   ", " + std::to_string(t.stages) + ", " + fc1 + ">");
-    }
-  }
-  return r;
+  const KernelInstantiation k = family_of(tactic).instantiation(tactic.binary());
+  return {.source = "#include \"" + k.header + "\"\n",
+          .name_expressions = {k.fc1, k.fc2},
+          .arch = std::string(arch.target)};
 }
 
 std::string kernel_key(const Tactic& tactic, const Arch& arch) {
@@ -73,9 +50,8 @@ KernelBinary compile_tactic(const Tactic& tactic, const Arch& arch) {
   b.kernel_names = result.lowered_names;
   b.cubin = std::make_shared<const std::vector<uint8_t>>(result.cubin);
   b.compile_seconds = result.seconds;
-  b.created_unix = std::chrono::duration_cast<std::chrono::seconds>(
-                       std::chrono::system_clock::now().time_since_epoch())
-                       .count();
+  b.created_unix =
+      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
   return b;
 }
 

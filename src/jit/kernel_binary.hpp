@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "jit/arch.hpp"
+#include "device/arch.hpp"
 #include "jit/nvrtc_compiler.hpp"
 #include "mxmoe/tactic.hpp"
 

@@ -1,5 +1,7 @@
-// What the two expert-GEMM families share: their arguments, and the epilogue that turns one warp's
-// 16-row x 8-token accumulator tile into outputs.
+// What the expert kernels share: the GEMV-style families' shared-memory layout, the work of a
+// GEMV-style CTA and its token staging, and the epilogue that turns one warp's 16-row x 8-token
+// accumulator tile into outputs. As in every kernel header here, the layout above the
+// `#if defined(__CUDACC__)` compiles for the host too: the families' units size launches with it.
 //
 // Orientation: weight rows are the MMA's M side (one 16-row record), tokens its N side (8 per MMA),
 // so a single token wastes nothing on the weight side. The accumulator tile of lane l holds
@@ -8,10 +10,38 @@
 // output j = 8 * row_tile + g (mxfp4_fragment.cuh), so the SwiGLU is applied right here.
 #pragma once
 
-#include "kernels/device_utils.cuh"
 #include "kernels/expert_gemm_args.hpp"
 #include "kernels/mxfp4_fragment.cuh"
-#include "kernels/smem_bytes.hpp"
+
+namespace mxmoe::kernels {
+
+// Shared-memory layout pieces of the GEMV-style families (plain constexpr: the host sizes launches
+// with them too).
+
+// `bytes` rounded up to 16, where a region after another starts (16-byte vector accesses).
+constexpr int align16(int bytes) { return (bytes + 15) / 16 * 16; }
+
+// The GEMV-style families' token staging for a `tokens`-token tactic (8 or 16) that stages `rows`
+// of them (min(tokens, the batch's tokens)): the tactic's source-row slots (8 bytes each), then the
+// rows of the split's K range (+16 bytes each).
+constexpr int gemv_staging_bytes(int tokens, int rows, int k_tiles, int k_split) {
+  return tokens * 8 + rows * ((k_tiles + k_split - 1) / k_split * 64 + 8) * 2;
+}
+
+// A batch that routes itself (route_small_batch_in_cta below) keeps its routing past the kernel's
+// own shared memory, 16-byte aligned: each pair's expert, weight, sorted row and each sorted row's
+// pair (kSmallBatchPairs each), the CTA's own words (its expert, first row, row count), and the
+// workspace writer's counts [E] and offsets [E + 1].
+constexpr int kSmallRouteOwnWords = 3;
+constexpr int small_route_offset(int kernel_bytes) { return align16(kernel_bytes); }
+constexpr int small_route_bytes(int num_experts) {
+  return 4 * (4 * kSmallBatchPairs + kSmallRouteOwnWords + 2 * num_experts + 1);
+}
+
+}  // namespace mxmoe::kernels
+
+#if defined(__CUDACC__)
+#include "kernels/device_utils.cuh"
 #include "route/small_batch_routing.cuh"
 
 namespace mxmoe::kernels {
@@ -152,9 +182,9 @@ __device__ __forceinline__ GemvWork route_small_batch_in_cta(ExpertGemmArgs& arg
   return gemv_work_of(args, mine[0], mine[1], mine[2], split, k_split);
 }
 
-// The GEMV families' dynamic shared memory up to the staging's end (smem_bytes.hpp,
-// gemv_staging_bytes): kTokens source-row slots, then args.staged_rows rows at w.row_stride; what
-// each kernel keeps past it (partial sums, rings) starts at `end`.
+// The GEMV families' dynamic shared memory up to the staging's end (gemv_staging_bytes): kTokens
+// source-row slots, then args.staged_rows rows at w.row_stride; what each kernel keeps past it
+// (partial sums, rings) starts at `end`.
 template <int kTokens>
 struct GemvStaging {
   long long* source_rows;
@@ -250,3 +280,4 @@ __device__ __forceinline__ void multiply_record(float (&acc)[kTokens / 8][4], ui
 }
 
 }  // namespace mxmoe::kernels
+#endif

@@ -1,5 +1,5 @@
-// The arguments of both expert-GEMM families (plain data, shared by the host launcher and the
-// kernels; no headers, so that NVRTC compiles it as it is). bf16 tensors are raw 16-bit words.
+// The arguments of the expert kernels (plain data, shared by the host launcher and the kernels; no
+// headers, so that NVRTC compiles it as it is). bf16 tensors are raw 16-bit words.
 #pragma once
 
 #include "route/route_buffers.hpp"
@@ -18,10 +18,10 @@ struct ExpertGemmArgs {
   int num_experts;
   const int* expert_offsets;  // [E + 1]
   const int* active_experts;  // [E + 1]
-  const int* tile_offsets;    // [E + 1] for the kernel's token-tile size (tiled family)
+  const int* tile_offsets;    // [E + 1] for the kernel's token-tile size (tiled and stream-K families)
   void* output;               // FC1: bf16 [pairs, rows / 2]; FC2: fp32 [k_split][pairs, rows]
   long long split_stride;     // FC2: elements between k-split partials
-  int staged_rows;            // GEMV families: token rows staged per pass, min(kTokens, the batch's tokens)
+  int staged_rows;            // GEMV-style families: token rows staged per pass, min(kTokens, the batch's tokens)
   // A GEMV plan's batch of at most kSmallBatchPairs pairs routes itself, with no routing kernel:
   // every CTA computes its part of the routing from these logits [T, E] in shared memory
   // (expert_gemm.cuh; the un-permute does the same), and FC2's CTA (0, 0, 0) writes the whole of
@@ -42,10 +42,10 @@ constexpr int kMaxStreamCtas = 192;
 constexpr int kMaxStreamThreads = 768;
 constexpr int kStreamPartialFloats = kMaxStreamThreads * 8;
 
-// The fused decode layer (expert_layer_fused.cuh): both stages' arguments, the un-permute's inputs,
-// and the schedule's counters, which the routing zeroes.
-struct FusedLayerArgs {
-  ExpertGemmArgs fc1, fc2;    // fc2.output: fp32 [pairs, H], no K split
+// A layer's arguments: both stages', the un-permute's inputs, and the fused layer's schedule
+// (expert_layer_fused.cuh), whose counters the routing zeroes. A per-stage kernel takes its stage's.
+struct LayerArgs {
+  ExpertGemmArgs fc1, fc2;    // fc2.output: fp32 [k_split][pairs, H] (the fused layer: no K split)
   const float* topk_weights;  // [pairs]
   const int* pair_rows;       // [pairs]
   int num_tokens;

@@ -16,16 +16,28 @@
 // multiplies the warps a few experts' columns give an SM (a 1-token step) without a second pass
 // over the output (which FC1's SwiGLU could not take).
 //
-// Grid: x = row tiles / kColumns, y = active-expert slot (upper bound min(E, pairs)), z = k-split.
-// Budget (per layer): every touched expert's records once (0.53 bytes per weight) plus the tokens'
-// activations (2 K bytes per token per CTA, from L2); the MMAs do kTokens' work whatever the count,
-// which is free while memory-bound. An expert with more than kTokens rows is walked in groups,
-// re-streaming its weights: correct, and the tactic choice keeps such counts away from this family.
+// Grid (expert_gemv_family.cpp): x = row tiles / kColumns, y = active-expert slot (upper bound
+// min(E, pairs)), z = k-split. Budget (per layer): every touched expert's records once (0.53 bytes
+// per weight) plus the tokens' activations (2 K bytes per token per CTA, from L2); the MMAs do
+// kTokens' work whatever the count, which is free while memory-bound. An expert with more than
+// kTokens rows is walked in groups, re-streaming its weights: correct, and the tactic choice keeps
+// such counts away from this family.
 #pragma once
 
 #include "kernels/expert_gemm.cuh"
-#include "kernels/smem_bytes.hpp"
 
+namespace mxmoe::kernels {
+
+// Dynamic shared memory: the staging, then the partial sums of the warps past the first along K
+// (columns x (warps_k - 1) warps x 32 lanes x tokens / 2); a batch that routes itself keeps its
+// routing past that (small_route_offset).
+constexpr int gemv_smem_bytes(int tokens, int rows, int k_tiles, int k_split, int columns, int warps_k) {
+  return gemv_staging_bytes(tokens, rows, k_tiles, k_split) + columns * (warps_k - 1) * 32 * tokens / 2 * 4;
+}
+
+}  // namespace mxmoe::kernels
+
+#if defined(__CUDACC__)
 namespace mxmoe::kernels {
 
 // One lane's share of kUnroll consecutive records of its column.
@@ -169,3 +181,4 @@ __global__ void __launch_bounds__(kColumns * kWarpsK * 32, (kGemvMinBlocks<kColu
 }
 
 }  // namespace mxmoe::kernels
+#endif

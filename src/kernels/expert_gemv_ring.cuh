@@ -11,8 +11,18 @@
 #pragma once
 
 #include "kernels/expert_gemm.cuh"
-#include "kernels/smem_bytes.hpp"
 
+namespace mxmoe::kernels {
+
+// Dynamic shared memory: the staging, then per warp `stages` chunks of 4 records and a barrier each.
+constexpr int kRingChunkRecords = 4;
+constexpr int ring_smem_bytes(int tokens, int rows, int k_tiles, int k_split, int columns, int stages) {
+  return gemv_staging_bytes(tokens, rows, k_tiles, k_split) + columns * stages * (kRingChunkRecords * kRecordBytes + 8);
+}
+
+}  // namespace mxmoe::kernels
+
+#if defined(__CUDACC__)
 namespace mxmoe::kernels {
 
 template <int kColumns, int kTokens, bool kFc1, int kStages>
@@ -101,3 +111,4 @@ __global__ void __launch_bounds__(kColumns * 32) expert_gemv_ring_kernel(ExpertG
 }
 
 }  // namespace mxmoe::kernels
+#endif

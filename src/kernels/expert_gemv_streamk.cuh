@@ -5,7 +5,7 @@
 // groups, and at each end a piece of one. So every SM streams the same bytes, none waits in a last,
 // partly filled wave of CTAs, and no CTA is launched after the first (measured on an H100: CTAs in a
 // wave stay in step, the warps are latency-bound, and the last wave of a multi-wave GEMV runs at the
-// bandwidth of the CTAs it has; docs/perf-notes.md, round 22).
+// bandwidth of the CTAs it has; docs/perf-notes.md, "equal shares for one CTA per SM").
 //
 // A column group split between CTAs: its first piece is the last of the CTA that begins it, its
 // later pieces the first of the next CTAs with a share (with fewer units than CTAs, some have
@@ -15,15 +15,29 @@
 // only on later CTAs' first pieces, so the launch progresses whenever two of its CTAs fit at
 // once; the host launches as many as are resident.
 //
-// Grid: x = CTAs (the resident count, at most kMaxStreamCtas); one K range per piece, so no K
-// split. Budget: the touched experts' records once, a token tile's activations (all of K, from
-// L2) once per CTA that streams any of its columns, per split column group one CTA's partial sums
-// (threads x kTokens / 2 floats) through L2, and per CTA the routing's tile and expert offsets
-// (8 (E + 1) bytes, from L2, kept in shared memory).
+// Grid (expert_gemv_streamk_family.cpp): x = CTAs (the resident count, at most kMaxStreamCtas); one
+// K range per piece, so no K split. Budget: the touched experts' records once, a token tile's
+// activations (all of K, from L2) once per CTA that streams any of its columns, per split column
+// group one CTA's partial sums (threads x kTokens / 2 floats) through L2, and per CTA the routing's
+// tile and expert offsets (8 (E + 1) bytes, from L2, kept in shared memory).
 #pragma once
 
 #include "kernels/expert_gemv.cuh"
 
+namespace mxmoe::kernels {
+
+// Dynamic shared memory: the staging, then (16-byte aligned) a copy of the routing's tile offsets
+// and expert offsets, [E + 1] each, which every piece searches.
+constexpr int stream_offsets_at(int tokens, int rows, int k_tiles) {
+  return align16(gemv_staging_bytes(tokens, rows, k_tiles, 1));
+}
+constexpr int stream_smem_bytes(int tokens, int rows, int k_tiles, int num_experts) {
+  return stream_offsets_at(tokens, rows, k_tiles) + 2 * (num_experts + 1) * 4;
+}
+
+}  // namespace mxmoe::kernels
+
+#if defined(__CUDACC__)
 namespace mxmoe::kernels {
 
 template <int kColumns, int kTokens, bool kFc1, int kUnroll>
@@ -37,9 +51,9 @@ __global__ void __launch_bounds__(kColumns * 32, 1) expert_gemv_streamk_kernel(E
     allow_dependent_grids();
   }
   // Every piece looks its tile's expert up in the tile offsets (a binary search) and then reads the
-  // expert's offsets: in shared memory, one round trip of parallel loads, where from global memory
-  // that chain was ~8 dependent L2 round trips before a CTA's first weight load (docs/perf-notes.md,
-  // round 30).
+  // expert's offsets: from a copy in shared memory, made with one round trip of parallel loads,
+  // where from global memory that chain is ~8 dependent L2 round trips before a CTA's first weight
+  // load (docs/perf-notes.md, "the stream-K pieces look their experts up in shared memory").
   ExpertGemmArgs args = routing_args;
   {
     const int experts = args.num_experts;
@@ -125,3 +139,4 @@ __global__ void __launch_bounds__(kColumns * 32, 1) expert_gemv_streamk_kernel(E
 }
 
 }  // namespace mxmoe::kernels
+#endif

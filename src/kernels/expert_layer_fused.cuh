@@ -10,15 +10,34 @@
 // FC1 item waits on nothing, so a waiting CTA only ever waits on running ones, however many CTAs
 // are resident: no deadlock.
 //
-// Grid: the CTAs that fit on the device at once (more would only queue), at most one per item.
-// Budget: the two GEMVs' (every touched expert's records once, 0.53 bytes per weight, plus the
-// activations from L2), the un-permute's top_k fp32 rows of H per token from L2, and 2-3
-// atomics per item.
+// Grid (expert_layer_fused_family.cpp): the CTAs that fit on the device at once (more would only
+// queue), at most one per item. Budget: the two GEMVs' (every touched expert's records once, 0.53
+// bytes per weight, plus the activations from L2), the un-permute's top_k fp32 rows of H per token
+// from L2, and 2-3 atomics per item.
 #pragma once
 
 #include "kernels/expert_gemv.cuh"
-#include "kernels/smem_bytes.hpp"
 
+namespace mxmoe::kernels {
+
+// Dynamic shared memory: the larger of its two stages' GEMV needs (FC1's K is H, FC2's is I), then
+// its control block (the item's ticket and stage arguments), then a copy of the routing's active
+// list and expert offsets (2 (E + 1) ints).
+constexpr int kFusedControlBytes = 256;
+constexpr int fused_control_offset(int tokens, int rows, int fc1_k_tiles, int fc2_k_tiles, int columns, int warps_k) {
+  const int fc1 = gemv_smem_bytes(tokens, rows, fc1_k_tiles, 1, columns, warps_k);
+  const int fc2 = gemv_smem_bytes(tokens, rows, fc2_k_tiles, 1, columns, warps_k);
+  return align16(fc1 > fc2 ? fc1 : fc2);
+}
+constexpr int fused_smem_bytes(int tokens, int rows, int fc1_k_tiles, int fc2_k_tiles, int columns, int warps_k,
+                               int num_experts) {
+  return fused_control_offset(tokens, rows, fc1_k_tiles, fc2_k_tiles, columns, warps_k) + kFusedControlBytes +
+         8 * (num_experts + 1);
+}
+
+}  // namespace mxmoe::kernels
+
+#if defined(__CUDACC__)
 namespace mxmoe::kernels {
 
 // Counts one item done once every store of the CTA is visible device-wide. Thread 0 gets the
@@ -41,7 +60,7 @@ __device__ __forceinline__ void wait_for_count(const int* counter, int target) {
 
 // out[t][row] = sum over slots s of w(t, s) * y[row(t, s)][row] for rows [row_begin, row_end) of
 // every token, slots in order, as unpermute_kernel sums them (the fused layer gives its bits).
-__device__ __forceinline__ void unpermute_rows(const FusedLayerArgs& a, int row_begin, int row_end) {
+__device__ __forceinline__ void unpermute_rows(const LayerArgs& a, int row_begin, int row_end) {
   const auto* y = static_cast<const float*>(a.fc2.output);
   auto* out = static_cast<unsigned short*>(a.out);
   const int hidden = a.fc2.rows, top_k = a.fc2.top_k, rows = row_end - row_begin;
@@ -62,7 +81,7 @@ template <int kColumns>
 struct FusedItem {
   bool fc1;
   int slot, group, fc1_groups, items;
-  __device__ __forceinline__ FusedItem(const FusedLayerArgs& a, int active, int ticket) {
+  __device__ __forceinline__ FusedItem(const LayerArgs& a, int active, int ticket) {
     fc1_groups = (a.fc1.rows / kRecordRows + kColumns - 1) / kColumns;
     const int fc2_groups = (a.fc2.rows / kRecordRows + kColumns - 1) / kColumns;
     const int fc1_items = active * fc1_groups;
@@ -91,7 +110,7 @@ static_assert(sizeof(FusedControl) <= kFusedControlBytes, "the control block out
 // on, so an FC1 ticket is only ever held behind an FC1 item, which waits on nothing.)
 template <int kColumns, int kWarpsK, int kTokens, int kUnroll>
 __global__ void __launch_bounds__(kColumns * kWarpsK * 32, (kGemvMinBlocks<kColumns, kWarpsK, kUnroll>))
-    expert_layer_fused_kernel(FusedLayerArgs args) {
+    expert_layer_fused_kernel(LayerArgs args) {
   const int experts = args.fc1.num_experts;
   unsigned char* const control_at = dynamic_smem() + fused_control_offset(kTokens, args.fc1.staged_rows, args.fc1.k_tiles,
                                                                           args.fc2.k_tiles, kColumns, kWarpsK);
@@ -139,3 +158,4 @@ __global__ void __launch_bounds__(kColumns * kWarpsK * 32, (kGemvMinBlocks<kColu
 }
 
 }  // namespace mxmoe::kernels
+#endif

@@ -5,18 +5,33 @@
 // its token columns. Small kTileTokens (16, 32) is the small-tile variant for tens of rows per
 // expert; 64 and 128 the large tiles for prefill.
 //
-// Grid: x = token-tile slot (upper bound pairs / kTileTokens + min(E, pairs); a CTA past the last
-// tile exits), y = rows / kTileRows (rounded up), z = k-split (FC2 only). Neighbouring CTAs share
-// a weight row tile, so its records are served from L2 to every token tile of the expert.
-// Budget: per CTA, kTileRows x K weights (0.53 bytes each) and kTileTokens x K activations (2
-// bytes), 2 kTileRows kTileTokens K FLOPs; with 128 x 128 tiles that is ~100 FLOPs per byte, so
-// large tiles are bound by the tensor cores (and the dequantization feeding them), small ones by
-// memory.
+// Grid (expert_mma_tile_family.cpp): x = token-tile slot (upper bound pairs / kTileTokens + min(E,
+// pairs); a CTA past the last tile exits), y = rows / kTileRows (rounded up), z = k-split (FC2
+// only). Neighbouring CTAs share a weight row tile, so its records are served from L2 to every
+// token tile of the expert. Budget: per CTA, kTileRows x K weights (0.53 bytes each) and
+// kTileTokens x K activations (2 bytes), 2 kTileRows kTileTokens K FLOPs; with 128 x 128 tiles that
+// is ~100 FLOPs per byte, so large tiles are bound by the tensor cores (and the dequantization
+// feeding them), small ones by memory.
 #pragma once
 
 #include "kernels/expert_gemm.cuh"
-#include "kernels/smem_bytes.hpp"
 
+namespace mxmoe::kernels {
+
+constexpr int kSmemActivationRowBytes = (64 + 8) * 2;  // one token's 64 K of bf16, +16 bytes against bank conflicts
+
+// Dynamic shared memory: `stages` copies of (records of tile_rows rows + tile_tokens activation
+// rows), then each token's 8-byte source row offset.
+constexpr int mma_tile_stage_bytes(int tile_rows, int tile_tokens) {
+  return tile_rows / 16 * kRecordBytes + tile_tokens * kSmemActivationRowBytes;
+}
+constexpr int mma_tile_smem_bytes(int tile_rows, int tile_tokens, int stages) {
+  return stages * mma_tile_stage_bytes(tile_rows, tile_tokens) + tile_tokens * 8;
+}
+
+}  // namespace mxmoe::kernels
+
+#if defined(__CUDACC__)
 namespace mxmoe::kernels {
 
 template <int kTileRows, int kTileTokens, int kStages>
@@ -25,7 +40,7 @@ struct MmaTileSmem {
   static constexpr int kRowStride = kSmemActivationRowBytes / 2;  // bf16 elements
   static constexpr int kWeightBytes = kRecords * kRecordBytes;
   static constexpr int kStageBytes = mma_tile_stage_bytes(kTileRows, kTileTokens);
-  static_assert(kStageBytes == kWeightBytes + kTileTokens * kSmemActivationRowBytes, "smem_bytes.hpp layout");
+  static_assert(kStageBytes == kWeightBytes + kTileTokens * kSmemActivationRowBytes, "mma_tile_stage_bytes layout");
 };
 
 template <int kTileRows, int kTileTokens, int kWarpsRows, int kWarpsTokens, int kStages, bool kFc1>
@@ -136,3 +151,4 @@ __global__ void __launch_bounds__(kWarpsRows * kWarpsTokens * 32)
 }
 
 }  // namespace mxmoe::kernels
+#endif

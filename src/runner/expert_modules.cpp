@@ -6,20 +6,12 @@
 #include <mutex>
 #include <tuple>
 
+#include "device/cuda_check.hpp"
+#include "device/current_device.hpp"
 #include "jit/kernel_cache.hpp"
-#include "kernels/smem_bytes.hpp"
-#include "runner/cuda_check.hpp"
+#include "kernels/family_registry.hpp"
 
 namespace mxmoe {
-
-DeviceArch current_device_arch() {
-  int device = 0, major = 0, minor = 0, sms = 0;
-  cuda_check(cudaGetDevice(&device), "cudaGetDevice");
-  cuda_check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), "compute capability");
-  cuda_check(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device), "compute capability");
-  cuda_check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "multiprocessor count");
-  return {&arch_for_device(major, minor), sms};
-}
 
 const ExpertKernels& expert_kernels(const Tactic& tactic) {
   static std::mutex mutex;
@@ -37,21 +29,16 @@ const ExpertKernels& expert_kernels(const Tactic& tactic) {
   cuda_check(cudaLibraryLoadData(&library, binary.cubin->data(), nullptr, nullptr, 0, nullptr, nullptr, 0),
              "loading " + binary.tactic + " for " + binary.arch);
   cudaKernel_t kernels[2];
+  const int smem_limit = family_of(binary_tactic).smem_limit(binary_tactic, *d.arch);
   for (int i = 0; i < 2; ++i) {
     cuda_check(cudaLibraryGetKernel(&kernels[i], library, binary.kernel_names[i].c_str()),
                "finding " + binary.kernel_names[i]);
-    // The GEMVs' shared memory grows with K (known only at launch): allow the device's whole
-    // opt-in amount; a tile kernel needs exactly its stages.
-    const int smem = binary_tactic.family != KernelFamily::kMmaTile
-                         ? d.arch->smem_per_block
-                         : kernels::mma_tile_smem_bytes(binary_tactic.tile_rows, binary_tactic.tile_tokens,
-                                                        binary_tactic.stages);
-    cuda_check(cudaFuncSetAttribute(reinterpret_cast<const void*>(kernels[i]), cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    smem),
+    cuda_check(cudaFuncSetAttribute(reinterpret_cast<const void*>(kernels[i]),
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize, smem_limit),
                "shared memory limit of " + binary.tactic);
   }
-  return loaded.emplace(key, ExpertKernels{reinterpret_cast<const void*>(kernels[0]),
-                                           reinterpret_cast<const void*>(kernels[1])})
+  return loaded
+      .emplace(key, ExpertKernels{reinterpret_cast<const void*>(kernels[0]), reinterpret_cast<const void*>(kernels[1])})
       .first->second;
 }
 

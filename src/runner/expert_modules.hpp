@@ -2,7 +2,6 @@
 // (ahead-of-time set, disk or NVRTC), loaded with cudaLibraryLoadData once per device and process.
 #pragma once
 
-#include "jit/arch.hpp"
 #include "mxmoe/tactic.hpp"
 
 namespace mxmoe {
@@ -11,13 +10,6 @@ struct ExpertKernels {
   const void* fc1;  // cudaKernel_t, which the runtime's launch and attribute calls take as it is
   const void* fc2;
 };
-
-// The current device's arch and multiprocessor count; throws Error for an unsupported GPU.
-struct DeviceArch {
-  const Arch* arch;
-  int multiprocessors;
-};
-DeviceArch current_device_arch();
 
 // Loads on first use; later calls return the same handles without touching the driver.
 const ExpertKernels& expert_kernels(const Tactic& tactic);

@@ -1,11 +1,10 @@
-// Launchers of the routing kernels (the one translation unit nvcc compiles into the library; the
-// expert kernels come from the kernel cache, see expert_launch.cpp).
+#include "runner/route_launch.hpp"
+
 #include <string>
 
+#include "device/cuda_check.hpp"
 #include "route/route_kernels.cuh"
 #include "route/unpermute_kernel.cuh"
-#include "runner/cuda_check.hpp"
-#include "runner/kernel_launch.hpp"
 
 namespace mxmoe {
 namespace {

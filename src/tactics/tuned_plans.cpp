@@ -8,7 +8,7 @@
 #include "common/atomic_file.hpp"
 #include "common/warnings.hpp"
 #include "mxmoe/error.hpp"
-#include "tactics/tactic_choice.hpp"
+#include "tactics/validate_plan.hpp"
 
 namespace mxmoe {
 namespace {

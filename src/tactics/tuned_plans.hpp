@@ -9,7 +9,7 @@
 #include <optional>
 #include <string>
 
-#include "jit/arch.hpp"
+#include "device/arch.hpp"
 #include "mxmoe/moe_shape.hpp"
 #include "mxmoe/tactic.hpp"
 

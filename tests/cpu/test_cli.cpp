@@ -2,7 +2,9 @@
 // embedded shape and on checkpoints of both schemes.
 #include <gtest/gtest.h>
 
+#include <map>
 #include <regex>
+#include <vector>
 
 #include "test_support.hpp"
 
@@ -23,22 +25,49 @@ std::string checksum(const std::string& out) {
   return std::regex_search(out, m, std::regex("checksum ([0-9a-f]{16})")) ? m[1].str() : "";
 }
 
+// Every subcommand's --help names each of its options (the list below is the interface README.md
+// documents), and every subcommand refuses an option it does not have with exit 2 and one line.
 TEST(Cli, HelpAndVersion) {
-  for (const char* args : {"--help", "run --help", "make-checkpoint --help", "bench --help", "--version"}) {
-    const auto r = test::run_cli(args);
-    EXPECT_EQ(r.exit_code, 0) << args;
-    EXPECT_FALSE(r.out.empty()) << args;
+  const std::map<std::string, std::vector<std::string>> options = {
+      {"run",
+       {"model", "experts", "top-k", "hidden", "intermediate", "checkpoint", "layer", "tokens", "device", "seed",
+        "check"}},
+      {"make-checkpoint",
+       {"model", "experts", "top-k", "hidden", "intermediate", "layers", "out", "scheme", "shards", "seed"}},
+      {"bench", {"model", "tokens", "layers", "replays", "skewed", "compare", "breakdown", "json", "plan"}},
+      {"tune", {"model", "tokens", "layers", "replays"}},
+      {"cache", {"arch", "cache-dir"}},
+      {"probe", {"arch", "target"}},
+  };
+  const auto top = test::run_cli("--help");
+  EXPECT_EQ(top.exit_code, 0);
+  for (const auto& [command, names] : options) {
+    EXPECT_NE(top.out.find("\n  " + command + " "), std::string::npos) << "mxmoe --help does not list " << command;
+    const auto help = test::run_cli(command + " --help");
+    EXPECT_EQ(help.exit_code, 0) << command;
+    EXPECT_EQ(help.out.rfind("usage: mxmoe " + command + " ", 0), 0u) << help.out;
+    for (const auto& name : names) {
+      EXPECT_TRUE(std::regex_search(help.out, std::regex("\\n  --" + name + "( |\\n)")))
+          << "'mxmoe " << command << " --help' does not describe --" << name << ":\n"
+          << help.out;
+    }
+    const auto bad = test::run_cli(command + " --no-such-option");
+    EXPECT_EQ(bad.exit_code, 2) << command;
+    expect_one_error_line(bad);
+    EXPECT_NE(bad.err.find("--no-such-option"), std::string::npos) << bad.err;
   }
-  EXPECT_NE(test::run_cli("run --help").out.find("--checkpoint PATH"), std::string::npos);
+  const auto version = test::run_cli("--version");
+  EXPECT_EQ(version.exit_code, 0);
+  EXPECT_EQ(version.out, std::string("mxmoe ") + MXMOE_VERSION + "\n");
 }
 
 TEST(Cli, UsageErrorsExitTwoWithOneLine) {
   EXPECT_EQ(test::run_cli("").exit_code, 2);
-  for (const char* args : {"frobnicate", "run --tokens 0", "run --tokens abc", "run --device tpu", "run --bogus",
-                           "run --tokens", "run --model gpt-oss-7b", "run --hidden 100", "make-checkpoint --layers 2",
-                           "make-checkpoint --out /tmp/x --scheme gguf", "bench --layers 4", "bench --replays 5",
-                           "bench --tokens 1,x", "bench --model gpt-oss-7b", "bench --plan gemv.r64",
-                           "bench --plan gemv.r64x8.w4x2.u2.k1,tiled.r128"}) {
+  for (const char* args :
+       {"frobnicate", "run --tokens 0", "run --tokens abc", "run --device tpu", "run --bogus", "run --tokens",
+        "run --model gpt-oss-7b", "run --hidden 100", "make-checkpoint --layers 2",
+        "make-checkpoint --out /tmp/x --scheme gguf", "bench --layers 4", "bench --replays 5", "bench --tokens 1,x",
+        "bench --model gpt-oss-7b", "bench --plan gemv.r64", "bench --plan gemv.r64x8.w4x2.u2.k1,tiled.r128"}) {
     const auto r = test::run_cli(args);
     EXPECT_EQ(r.exit_code, 2) << args << ": " << r.err;
     expect_one_error_line(r);
@@ -76,8 +105,8 @@ TEST(Cli, RunFromCheckpointsOfBothSchemesMatchesTheEmbeddedWeights) {
   ASSERT_FALSE(embedded.empty());
   for (const char* scheme : {"openai", "hf"}) {
     const fs::path out = dir / scheme;
-    const auto made = test::run_cli(std::string("make-checkpoint ") + kSmallShape + " --layers 2 --shards 2 --seed 9 --scheme " +
-                                    scheme + " --out " + out.string());
+    const auto made = test::run_cli(std::string("make-checkpoint ") + kSmallShape +
+                                    " --layers 2 --shards 2 --seed 9 --scheme " + scheme + " --out " + out.string());
     ASSERT_EQ(made.exit_code, 0) << made.err;
     const auto r = test::run_cli("run --checkpoint " + out.string() + " --layer 1 --seed 9 --check");
     ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -88,7 +117,8 @@ TEST(Cli, RunFromCheckpointsOfBothSchemesMatchesTheEmbeddedWeights) {
 
 TEST(Cli, CheckpointShapeMustMatchAnExplicitModel) {
   const fs::path dir = test::scratch_dir();
-  ASSERT_EQ(test::run_cli(std::string("make-checkpoint ") + kSmallShape + " --layers 1 --out " + dir.string()).exit_code, 0);
+  ASSERT_EQ(
+      test::run_cli(std::string("make-checkpoint ") + kSmallShape + " --layers 1 --out " + dir.string()).exit_code, 0);
   const auto r = test::run_cli("run --model gpt-oss-120b --checkpoint " + dir.string());
   EXPECT_EQ(r.exit_code, 1);
   expect_one_error_line(r);

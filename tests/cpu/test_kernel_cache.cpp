@@ -12,7 +12,7 @@
 
 #include "jit/aot.hpp"
 #include "jit/kernel_cache.hpp"
-#include "tactics/tactic_choice.hpp"
+#include "tactics/heuristic.hpp"
 #include "test_support.hpp"
 
 namespace mxmoe {

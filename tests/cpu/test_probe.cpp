@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "common/parallel.hpp"
-#include "jit/ptx_probe.hpp"
+#include "probe/ptx_probe.hpp"
 #include "mxmoe/error.hpp"
 #include "test_support.hpp"
 

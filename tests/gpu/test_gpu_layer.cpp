@@ -12,12 +12,12 @@
 
 #include "common/random.hpp"
 #include "dequant_probe.hpp"
+#include "device/current_device.hpp"
 #include "format/mxfp4_records.hpp"
 #include "gpu_test_support.hpp"
 #include "kernels/mxfp4_fragment.cuh"
 #include "mxmoe/error.hpp"
 #include "mxmoe/mx_format.hpp"
-#include "runner/expert_modules.hpp"
 
 namespace mxmoe {
 namespace {
@@ -123,17 +123,17 @@ void expect_routing(const GpuResult& g, const Routing& cpu, int num_experts, con
   for (int row = 0; row < pairs; ++row) ASSERT_EQ(g.pair_rows[g.sorted_pairs[row]], row) << what;
 }
 
-// Every valid tactic of this device's arch for both stages (a fused one is the whole layer), FC2
-// K splits (as many as FC2's K tiles allow), and the runner's own choice (nullopt).
+// Every valid tactic of this device's arch for both stages (a whole-layer one is the whole layer),
+// FC2 K splits (as many as FC2's K tiles allow), and the runner's own choice (nullopt).
 std::vector<std::pair<std::string, std::optional<LayerPlan>>> plans_to_test(const MoeShape& shape) {
   std::vector<std::pair<std::string, std::optional<LayerPlan>>> plans{{"heuristic", std::nullopt}};
   const int fc2_k_tiles = (shape.intermediate + 63) / 64;
   for (const Tactic& t : valid_tactics(current_device_arch().arch->name)) {
     plans.emplace_back(t.name(), LayerPlan{t, t});
-    // no K split: a fused launch's FC1 and FC2 items share it; a stream-K GEMV splits K itself
-    if (t.family == KernelFamily::kFused || t.family == KernelFamily::kGemvStreamK) continue;
+    // no K split: a whole-layer launch's FC1 and FC2 items share it; a stream-K GEMV splits K itself
+    if (LayerPlan{t, t}.whole_layer() || t.family == "sk") continue;
     Tactic split = t;
-    split.k_split = std::min(t.family == KernelFamily::kGemv ? kMaxKSplit : 2, fc2_k_tiles);
+    split.k_split = std::min(t.family == "gemv" ? kMaxKSplit : 2, fc2_k_tiles);
     plans.emplace_back(t.name() + "+fc2." + split.name(), LayerPlan{t, split});
   }
   return plans;

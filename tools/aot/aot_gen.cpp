@@ -12,8 +12,7 @@
 #include <mutex>
 #include <thread>
 
-#include "jit/kernel_binary.hpp"
-#include "tactics/tactic_choice.hpp"
+#include "tools_internal.hpp"
 
 namespace {
 

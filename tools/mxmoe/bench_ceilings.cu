@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "bench_ceilings.hpp"
-#include "runner/cuda_check.hpp"
+#include "tools_internal.hpp"
 
 namespace mxmoe::cli {
 namespace {

@@ -15,12 +15,11 @@
 #include "layer_rotation.hpp"
 #include "cli.hpp"
 #include "commands.hpp"
-#include "common/random.hpp"
+#include "tools_internal.hpp"
 #include "mxmoe/device.hpp"
 #include "mxmoe/error.hpp"
 #include "mxmoe/reference.hpp"
 #include "mxmoe/runner.hpp"
-#include "runner/cuda_check.hpp"
 #include "summary.hpp"
 
 #ifndef MXMOE_GIT_REVISION
@@ -39,7 +38,7 @@ constexpr OptionSpec kOptions[] = {
     {"compare", "", "also time the heuristic's plan where the tuned table chose another"},
     {"breakdown", "", "also time each stage in the graph (routing, FC1, FC2, un-permute) against its bytes"},
     {"json", "FILE", "also write every number as JSON"},
-    {"plan", "FC1[,FC2]", "time this plan instead of the runner's (one fused tactic names both stages)"},
+    {"plan", "FC1[,FC2]", "time this plan instead of the runner's (one whole-layer tactic names both stages)"},
 };
 
 constexpr CommandSpec kSpec{
@@ -61,14 +60,14 @@ struct Row {
   double tokens_per_s = 0;
   double heuristic_us = 0;  // --compare: the heuristic plan's time (0 when not measured)
   // --breakdown: in-graph time of each stage (prefix differences), 0 when not measured
-  // A fused plan has one stage after the routing (FC1 + FC2 + un-permute): in fc1_us, the rest 0.
+  // A whole-layer plan has one stage after the routing (FC1 + FC2 + un-permute): in fc1_us, the rest 0.
   // A batch that routes itself in FC1 and FC2 (MoeRunner::routes_in_expert_kernels) has no routing
   // stage: its routing time is in fc1_us, and routing_us is 0.
   double routing_us = 0, fc1_us = 0, fc2_us = 0, unpermute_us = 0;
-  bool fused = false, routing_in_fc1 = false;
+  bool whole_layer = false, routing_in_fc1 = false;
 };
 
-// --plan: "FC1,FC2", or one fused (whole-layer) tactic for both stages.
+// --plan: "FC1,FC2", or one whole-layer tactic for both stages.
 LayerPlan parse_plan(const std::string& text) {
   const size_t comma = text.find(',');
   const Tactic fc1 = parse_tactic(text.substr(0, comma));
@@ -80,7 +79,8 @@ Row bench_tokens(const std::string& model, LayerRotation& rotation, int tokens, 
   const MoeShape& shape = rotation.shape();
   rotation.set_tokens(tokens, skewed);
   const LayerPlan plan = forced ? *forced : rotation.runner().plan(tokens);
-  const LayerRotation::Timing timing = rotation.time(&plan, replays);
+  const LayerPlan* timed = forced ? &*forced : nullptr;  // null: each runner's prepared launches
+  const LayerRotation::Timing timing = rotation.time(timed, replays);
   Row row;
   row.model = model;
   row.tokens = tokens;
@@ -103,10 +103,12 @@ Row bench_tokens(const std::string& model, LayerRotation& rotation, int tokens, 
     // costs in place, launch gaps and overlap included.
     row.routing_in_fc1 = rotation.runner().routes_in_expert_kernels(plan, tokens);
     const double routing =
-        row.routing_in_fc1 ? 0.0 : rotation.time(&plan, replays, 1e30, ForwardPart::kRouting).median_us;
-    row.fused = plan.fused();
-    const double fc1 = row.fused ? row.us_median : rotation.time(&plan, replays, 1e30, ForwardPart::kFc1).median_us;
-    const double fc2 = row.fused ? row.us_median : rotation.time(&plan, replays, 1e30, ForwardPart::kFc2).median_us;
+        row.routing_in_fc1 ? 0.0 : rotation.time(timed, replays, 1e30, ForwardPart::kRouting).median_us;
+    row.whole_layer = plan.whole_layer();
+    const double fc1 =
+        row.whole_layer ? row.us_median : rotation.time(timed, replays, 1e30, ForwardPart::kFc1).median_us;
+    const double fc2 =
+        row.whole_layer ? row.us_median : rotation.time(timed, replays, 1e30, ForwardPart::kFc2).median_us;
     row.routing_us = routing;
     row.fc1_us = fc1 - routing;
     row.fc2_us = fc2 - fc1;
@@ -114,8 +116,7 @@ Row bench_tokens(const std::string& model, LayerRotation& rotation, int tokens, 
   }
   if (compare) {
     const LayerPlan heuristic = rotation.runner().heuristic_plan(tokens);
-    row.heuristic_us = heuristic.fc1 == plan.fc1 && heuristic.fc2 == plan.fc2 ? row.us_median
-                                                                             : rotation.time(&heuristic, replays).median_us;
+    row.heuristic_us = heuristic == plan ? row.us_median : rotation.time(&heuristic, replays).median_us;
   }
   return row;
 }
@@ -141,16 +142,16 @@ void print_table(const std::vector<Row>& rows, const Ceilings& c) {
 void print_breakdown(const std::vector<Row>& rows, const Ceilings& c) {
   if (std::none_of(rows.begin(), rows.end(), [](const Row& r) { return r.fc1_us > 0; })) return;
   std::printf("\nbreakdown (in-graph, per layer): stage us, and for FC1/FC2 the touched experts' bytes over the stage's time;\n"
-              "a fused plan's FC1 column is its one launch (FC1 + FC2 + un-permute) over both stages' bytes;\n"
+              "a whole-layer plan's FC1 column is its one launch (FC1 + FC2 + un-permute) over both stages' bytes;\n"
               "routing 'in FC1': a small batch under a GEMV plan, routed by FC1 and FC2 themselves\n");
   std::printf("%-13s %5s %9s %9s %14s %14s %10s %9s %7s\n", "model", "T", "routing", "FC1", "FC1 TB/s", "FC2 TB/s", "FC2",
               "unpermute", "floor");
   for (const auto& r : rows) {
     const MoeShape s = model_shape(r.model);
     const double fc1_bytes = r.touched_experts * s.fc1_bytes_per_expert(), fc2_bytes = r.touched_experts * s.fc2_bytes_per_expert();
-    if (r.fused) {
+    if (r.whole_layer) {
       std::printf("%-13s %5d %9.1f %9.1f %14.2f %14s %10s %9s %7.1f\n", r.model.c_str(), r.tokens, r.routing_us, r.fc1_us,
-                  (fc1_bytes + fc2_bytes) / (r.fc1_us * 1e-6) / 1e12, "fused", "fused", "fused",
+                  (fc1_bytes + fc2_bytes) / (r.fc1_us * 1e-6) / 1e12, "whole", "layer", "-",
                   r.bytes / (c.read_gbs * 1e3));
       continue;
     }
@@ -188,7 +189,7 @@ void write_json(const std::string& path, const std::vector<Row>& rows, const Cei
                             {"fc2_tactic", r.fc2},         {"rel_error", r.rel_error},
                             {"moe_tokens_per_s", r.tokens_per_s}, {"heuristic_us", r.heuristic_us},
                             {"routing_us", r.routing_us}, {"fc1_us", r.fc1_us}, {"fc2_us", r.fc2_us},
-                            {"unpermute_us", r.unpermute_us}, {"fused", r.fused},
+                            {"unpermute_us", r.unpermute_us}, {"whole_layer", r.whole_layer},
                             {"routing_in_fc1", r.routing_in_fc1}});
   }
   std::ofstream out(path);

@@ -12,11 +12,8 @@
 
 #include "cli.hpp"
 #include "commands.hpp"
-#include "jit/aot.hpp"
-#include "jit/kernel_cache.hpp"
+#include "tools_internal.hpp"
 #include "mxmoe/device.hpp"
-#include "runner/cuda_check.hpp"
-#include "runner/expert_modules.hpp"
 #include "mxmoe/error.hpp"
 
 namespace mxmoe::cli {

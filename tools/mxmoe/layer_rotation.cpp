@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <set>
 
-#include "common/random.hpp"
+#include "tools_internal.hpp"
 #include "mxmoe/error.hpp"
 #include "summary.hpp"
 

@@ -11,7 +11,7 @@
 
 #include "mxmoe/reference.hpp"
 #include "mxmoe/runner.hpp"
-#include "runner/cuda_check.hpp"
+#include "tools_internal.hpp"
 
 namespace mxmoe::cli {
 

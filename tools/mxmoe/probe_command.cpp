@@ -8,10 +8,7 @@
 
 #include "cli.hpp"
 #include "commands.hpp"
-#include "common/parallel.hpp"
-#include "jit/arch.hpp"
-#include "jit/nvrtc_compiler.hpp"
-#include "jit/ptx_probe.hpp"
+#include "tools_internal.hpp"
 #include "mxmoe/error.hpp"
 
 namespace mxmoe::cli {

@@ -7,7 +7,7 @@
 #include "cli.hpp"
 #include "commands.hpp"
 #include "summary.hpp"
-#include "common/parallel.hpp"
+#include "tools_internal.hpp"
 #include "mxmoe/checkpoint.hpp"
 #include "mxmoe/device.hpp"
 #include "mxmoe/error.hpp"

@@ -10,7 +10,7 @@
 #include "mxmoe/device.hpp"
 #include "mxmoe/reference.hpp"
 #include "mxmoe/runner.hpp"
-#include "runner/cuda_check.hpp"
+#include "tools_internal.hpp"
 #include "summary.hpp"
 
 namespace mxmoe::cli {

@@ -4,7 +4,7 @@
 // never slower than it in the sweep's own measurement.
 //
 // The sweep is coordinate-wise: FC1's tactic with FC2 at the heuristic's choice, then FC2's tactic
-// and K split with FC1 at its winner; then every fused (whole-layer) tactic. A candidate whose
+// and K split with FC1 at its winner; then every whole-layer tactic. A candidate whose
 // first replay takes more than 3 times the best so far is not replayed further. The sweep's
 // fastest of ~50 noisy timings is biased towards luck, so a winner other than the heuristic's plan
 // is timed against it again, alternately, and stored only if it is faster by more than the
@@ -13,13 +13,10 @@
 
 #include "cli.hpp"
 #include "commands.hpp"
-#include "jit/kernel_cache.hpp"
+#include "tools_internal.hpp"
 #include "layer_rotation.hpp"
 #include "mxmoe/device.hpp"
 #include "mxmoe/error.hpp"
-#include "runner/expert_modules.hpp"
-#include "tactics/tactic_choice.hpp"
-#include "tactics/tuned_plans.hpp"
 
 namespace mxmoe::cli {
 namespace {
@@ -60,8 +57,6 @@ void try_plan(LayerRotation& rotation, const LayerPlan& plan, int replays, Best&
               accurate ? "" : "  INACCURATE: not eligible");
   if (accurate && us < best.us) best = {plan, us};
 }
-
-bool same_plan(const LayerPlan& a, const LayerPlan& b) { return a.fc1 == b.fc1 && a.fc2 == b.fc2; }
 
 // The sweep's winner against the heuristic's plan, timed alternately kConfirmRounds times each:
 // the winner stays only if its summed medians beat the heuristic's by more than kMinGain.
@@ -118,7 +113,7 @@ int tune_command(std::span<const std::string> args) {
       double heuristic_us = best.us;
       const auto& tactics = valid_tactics(device.arch->name);
       for (const Tactic& fc1 : tactics) {
-        if (!(fc1 == heuristic.fc1) && fc1.family != KernelFamily::kFused) {
+        if (!(fc1 == heuristic.fc1) && !LayerPlan{fc1, fc1}.whole_layer()) {
           try_plan(rotation, {fc1, heuristic.fc2}, replays, best);
         }
       }
@@ -128,7 +123,7 @@ int tune_command(std::span<const std::string> args) {
           Tactic t = fc2;
           t.k_split = split;
           const LayerPlan plan{best_fc1, t};
-          if (same_plan(plan, best.plan)) continue;
+          if (plan == best.plan) continue;
           try {
             validate_plan(shape, plan, *device.arch);
           } catch (const Error&) {
@@ -137,11 +132,11 @@ int tune_command(std::span<const std::string> args) {
           try_plan(rotation, plan, replays, best);
         }
       }
-      for (const Tactic& fused : tactics) {  // whole-layer plans: one tactic for both stages
-        if (fused.family == KernelFamily::kFused) try_plan(rotation, {fused, fused}, replays, best);
+      for (const Tactic& t : tactics) {  // whole-layer plans: one tactic for both stages
+        if (LayerPlan{t, t}.whole_layer()) try_plan(rotation, {t, t}, replays, best);
       }
       if (best.us >= 1e30) throw Error("tune: no accurate plan for " + model + " at T = " + std::to_string(tokens));
-      if (!same_plan(best.plan, heuristic) && heuristic_us < 1e30) {
+      if (!(best.plan == heuristic) && heuristic_us < 1e30) {
         best = confirm(rotation, best, heuristic, replays, heuristic_us);
       }
       entries[tokens] = {best.plan, best.us, heuristic_us};

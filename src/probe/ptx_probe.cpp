@@ -1,7 +1,7 @@
 // The probe table: one translation unit per instruction, each with operands of the right kinds and
 // counts (registers, shared memory, an initialised mbarrier, a tensor map) so that a target can
 // reject it only for the instruction itself.
-#include "jit/ptx_probe.hpp"
+#include "probe/ptx_probe.hpp"
 
 #include <algorithm>
 #include <array>

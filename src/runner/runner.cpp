@@ -1,20 +1,25 @@
-// The runner: packs a layer once, then sequences routing, FC1, FC2 and the un-permute on a stream.
+// The runner: packs a layer once, prepares the launches of every token count it meets, then on each
+// forward fills the kernels' arguments and launches them on the caller's stream.
 #include "mxmoe/runner.hpp"
 
+#include <bit>
+#include <climits>
 #include <cstdint>
 #include <cstring>
+#include <mutex>
+#include <shared_mutex>
 #include <string>
 #include <vector>
 
+#include "device/cuda_check.hpp"
+#include "device/current_device.hpp"
 #include "format/mxfp4_records.hpp"
-#include "kernels/mxfp4_fragment.cuh"
-#include "mxmoe/error.hpp"
 #include "jit/kernel_cache.hpp"
-#include "runner/cuda_check.hpp"
-#include "runner/expert_modules.hpp"
-#include "runner/kernel_launch.hpp"
+#include "mxmoe/error.hpp"
+#include "runner/launch_plan.hpp"
+#include "runner/route_launch.hpp"
 #include "runner/workspace.hpp"
-#include "tactics/tactic_choice.hpp"
+#include "tactics/heuristic.hpp"
 #include "tactics/tuned_plans.hpp"
 
 namespace mxmoe {
@@ -53,10 +58,19 @@ struct MoeRunner::Impl {
   const float* fc2_bias = nullptr;
   const __nv_bfloat16* router_weight = nullptr;
   const float* router_bias = nullptr;
+  mutable std::shared_mutex launches_mutex;  // forward() reads the table, prepare() rebuilds it
+  mutable LaunchTable launches;
 
+  LayerPlan plan(int num_tokens) const {
+    return tuned.find(num_tokens).value_or(mxmoe::heuristic_plan(shape, num_tokens, *device.arch));
+  }
+  void prepare(int max_tokens) const;
+  // Calls `run` with the prepared launches of `num_tokens` tokens, or with `plan`'s where a plan is
+  // given that is not the prepared one; prepares up to num_tokens first where needed.
+  template <typename Run>
+  void with_launch(int num_tokens, const LayerPlan* plan, Run run) const;
   void run(const __nv_bfloat16* x, const float* logits, __nv_bfloat16* out, int num_tokens, void* workspace,
-           cudaStream_t stream, const LayerPlan& plan, ForwardPart last = ForwardPart::kAll) const;
-  bool routes_in_expert_kernels(const LayerPlan& plan, int num_tokens) const;
+           cudaStream_t stream, const LayerLaunch& launch, ForwardPart last = ForwardPart::kAll) const;
 };
 
 MoeRunner::MoeRunner(const MoeLayerWeights& weights) : impl_(std::make_unique<Impl>()) {
@@ -125,77 +139,111 @@ LayerPlan MoeRunner::heuristic_plan(int num_tokens) const {
   return mxmoe::heuristic_plan(impl_->shape, num_tokens, *impl_->device.arch);
 }
 
-LayerPlan MoeRunner::plan(int num_tokens) const {
-  return impl_->tuned.find(num_tokens).value_or(heuristic_plan(num_tokens));
-}
+LayerPlan MoeRunner::plan(int num_tokens) const { return impl_->plan(num_tokens); }
 
 bool MoeRunner::tuned() const { return !impl_->tuned.entries().empty(); }
 
 void MoeRunner::prepare(int max_tokens) const {
-  std::vector<int> counts;
-  for (int t = 1; t < max_tokens; t *= 2) counts.push_back(t);
-  counts.push_back(max_tokens);
-  for (const auto& [bucket, entry] : impl_->tuned.entries()) counts.push_back(std::min(bucket, max_tokens));
-  for (int t : counts) {
-    for (const LayerPlan& p : {plan(t), heuristic_plan(t)}) {
-      expert_kernels(p.fc1);
-      expert_kernels(p.fc2);
-    }
-  }
+  if (max_tokens < 1) throw Error("prepare: max_tokens must be at least 1");
+  impl_->prepare(max_tokens);
 }
 
-bool MoeRunner::Impl::routes_in_expert_kernels(const LayerPlan& plan, int num_tokens) const {
-  if (!can_route_in_expert_kernels(plan, num_tokens, shape.top_k)) return false;
-  const ExpertStageShape fc1{shape.fc1_rows(), fc1_geometry.k_tiles(), shape.num_experts, shape.top_k};
-  return expert_gemm_routing_itself_fits_one_wave(Stage::kFc1, plan.fc1, fc1, num_tokens * shape.top_k);
+void MoeRunner::Impl::prepare(int max_tokens) const {
+  std::unique_lock lock(launches_mutex);
+  if (max_tokens <= launches.max_tokens()) return;
+  launches.build(
+      max_tokens, [&](int t) { return plan(t); },
+      [&](const LayerPlan& p, int t) { return make_layer_launch(shape, *device.arch, p, t); });
+}
+
+template <typename Run>
+void MoeRunner::Impl::with_launch(int num_tokens, const LayerPlan* plan, Run run) const {
+  std::shared_lock lock(launches_mutex);
+  if (num_tokens > launches.max_tokens()) {
+    lock.unlock();
+    // Not prepared this far: prepare to the next power of two, so a growing batch rebuilds rarely.
+    prepare(static_cast<int>(std::min<long long>(std::bit_ceil(static_cast<unsigned>(num_tokens)), INT_MAX)));
+    lock.lock();
+  }
+  const LayerLaunch& prepared = launches.find(num_tokens);
+  if (!plan || *plan == prepared.plan) return run(prepared);
+  run(make_layer_launch(shape, *device.arch, *plan, num_tokens));
 }
 
 bool MoeRunner::routes_in_expert_kernels(const LayerPlan& plan, int num_tokens) const {
-  return impl_->routes_in_expert_kernels(plan, num_tokens);
+  return !make_layer_launch(impl_->shape, *impl_->device.arch, plan, num_tokens).routing_launch;
 }
 
 void MoeRunner::Impl::run(const __nv_bfloat16* x, const float* logits, __nv_bfloat16* out, int num_tokens,
-                          void* workspace, cudaStream_t stream, const LayerPlan& plan, ForwardPart last) const {
+                          void* workspace, cudaStream_t stream, const LayerLaunch& launch, ForwardPart last) const {
   const WorkspaceLayout layout = WorkspaceLayout::of(shape, num_tokens);
   const kernels::RouteBuffers route = layout.route(workspace);
   auto* ws = static_cast<unsigned char*>(workspace);
   const int pairs = num_tokens * shape.top_k;
   const long long split_stride = static_cast<long long>(pairs) * shape.hidden;
 
-  // A small batch under a GEMV plan whose FC1 fits one wave is routed inside FC1 and FC2
-  // (expert_gemm.cuh): no routing launch, so stopping after the routing launches nothing.
-  const bool self_routed = routes_in_expert_kernels(plan, num_tokens);
-  if (!self_routed) launch_routing(logits, num_tokens, shape.num_experts, shape.top_k, route, stream);
+  if (launch.routing_launch) launch_routing(logits, num_tokens, shape.num_experts, shape.top_k, route, stream);
   if (last == ForwardPart::kRouting) return;
 
-  auto tile_offsets = [&](const Tactic& t) {
-    int index = 0;
-    while ((8 << index) < t.tile_tokens) ++index;
-    return route.tile_offsets + index * (shape.num_experts + 1);
-  };
   auto* activation = reinterpret_cast<__nv_bfloat16*>(ws + layout.activation);
   auto* expert_out = reinterpret_cast<float*>(ws + layout.expert_out);
-  const float* route_logits = self_routed ? logits : nullptr;
-  kernels::ExpertGemmArgs fc1{fc1_records, fc1_bias, x, route.sorted_pairs, shape.top_k,
-                              shape.fc1_rows(), shape.hidden, fc1_geometry.k_tiles(), shape.num_experts,
-                              route.expert_offsets, route.active_experts, tile_offsets(plan.fc1), activation, 0, 0,
-                              route_logits, num_tokens, route, layout.stream_partials_of(workspace, 0),
-                              layout.stream_flags_of(workspace, 0)};
-  kernels::ExpertGemmArgs fc2{fc2_records, fc2_bias, activation, route.sorted_pairs, shape.top_k,
-                              shape.hidden, shape.intermediate, fc2_geometry.k_tiles(), shape.num_experts,
-                              route.expert_offsets, route.active_experts, tile_offsets(plan.fc2), expert_out,
-                              split_stride, 0, route_logits, num_tokens, route, layout.stream_partials_of(workspace, 1),
-                              layout.stream_flags_of(workspace, 1)};
-  if (plan.fused()) {  // one launch from here on: stopping after FC1 or FC2 runs it whole
-    const kernels::FusedLayerArgs fused{fc1, fc2, route.topk_weights, route.pair_rows, num_tokens, out, route.schedule};
-    launch_fused_layer(plan.fc1, fused, pairs, stream);
-    return;
+  const float* route_logits = launch.routing_launch ? nullptr : logits;
+  auto tile_offsets = [&](int stage) {
+    return route.tile_offsets + launch.tile_offsets_index[stage] * (shape.num_experts + 1);
+  };
+  const kernels::LayerArgs args{
+      .fc1 = {.records = fc1_records,
+              .bias = fc1_bias,
+              .input = x,
+              .sorted_pairs = route.sorted_pairs,
+              .top_k = shape.top_k,
+              .rows = shape.fc1_rows(),
+              .k = shape.hidden,
+              .k_tiles = fc1_geometry.k_tiles(),
+              .num_experts = shape.num_experts,
+              .expert_offsets = route.expert_offsets,
+              .active_experts = route.active_experts,
+              .tile_offsets = tile_offsets(0),
+              .output = activation,
+              .split_stride = 0,
+              .staged_rows = 0,  // each launch's own (ExpertLaunch::geometry)
+              .route_logits = route_logits,
+              .num_tokens = num_tokens,
+              .route = route,
+              .stream_partials = layout.stream_partials_of(workspace, 0),
+              .stream_flags = layout.stream_flags_of(workspace, 0)},
+      .fc2 = {.records = fc2_records,
+              .bias = fc2_bias,
+              .input = activation,
+              .sorted_pairs = route.sorted_pairs,
+              .top_k = shape.top_k,
+              .rows = shape.hidden,
+              .k = shape.intermediate,
+              .k_tiles = fc2_geometry.k_tiles(),
+              .num_experts = shape.num_experts,
+              .expert_offsets = route.expert_offsets,
+              .active_experts = route.active_experts,
+              .tile_offsets = tile_offsets(1),
+              .output = expert_out,
+              .split_stride = split_stride,
+              .staged_rows = 0,  // each launch's own (ExpertLaunch::geometry)
+              .route_logits = route_logits,
+              .num_tokens = num_tokens,
+              .route = route,
+              .stream_partials = layout.stream_partials_of(workspace, 1),
+              .stream_flags = layout.stream_flags_of(workspace, 1)},
+      .topk_weights = route.topk_weights,
+      .pair_rows = route.pair_rows,
+      .num_tokens = num_tokens,
+      .out = out,
+      .schedule = route.schedule};
+  for (const ExpertLaunch& expert : launch.expert_launches) {
+    expert.family->launch(expert, args, stream);
+    // A whole-layer launch is FC1's and runs to the end: nothing follows it.
+    if (last == (expert.stage == Stage::kFc1 ? ForwardPart::kFc1 : ForwardPart::kFc2)) return;
   }
-  launch_expert_gemm(Stage::kFc1, plan.fc1, fc1, pairs, stream);
-  if (last == ForwardPart::kFc1) return;
-  launch_expert_gemm(Stage::kFc2, plan.fc2, fc2, pairs, stream);
-  if (last == ForwardPart::kFc2) return;
-  launch_unpermute(expert_out, split_stride, plan.fc2.k_split, shape.hidden, shape.top_k, num_tokens, route, out,
+  if (!launch.unpermute_launch) return;
+  launch_unpermute(expert_out, split_stride, launch.plan.fc2.k_split, shape.hidden, shape.top_k, num_tokens, route, out,
                    route_logits, shape.num_experts, stream);
 }
 
@@ -222,22 +270,22 @@ void MoeRunner::forward(const __nv_bfloat16* x, const float* router_logits, __nv
   check_forward_args(*this, x, out, num_tokens, workspace, workspace_bytes);
   check_aligned(router_logits, 4, "router_logits");
   if (num_tokens == 0) return;
-  const LayerPlan chosen = plan ? *plan : this->plan(num_tokens);
-  validate_plan(impl_->shape, chosen, *impl_->device.arch);
-  impl_->run(x, router_logits, out, num_tokens, workspace, stream, chosen, last);
+  impl_->with_launch(num_tokens, plan, [&](const LayerLaunch& launch) {
+    impl_->run(x, router_logits, out, num_tokens, workspace, stream, launch, last);
+  });
 }
 
 void MoeRunner::forward(const __nv_bfloat16* x, __nv_bfloat16* out, int num_tokens, void* workspace,
                         size_t workspace_bytes, cudaStream_t stream, const LayerPlan* plan) const {
   check_forward_args(*this, x, out, num_tokens, workspace, workspace_bytes);
   if (num_tokens == 0) return;
-  const LayerPlan chosen = plan ? *plan : this->plan(num_tokens);
-  validate_plan(impl_->shape, chosen, *impl_->device.arch);
-  auto* logits = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace) +
-                                          WorkspaceLayout::of(impl_->shape, num_tokens).logits);
-  launch_router_logits(x, impl_->router_weight, impl_->router_bias, logits, num_tokens, impl_->shape.num_experts,
-                       impl_->shape.hidden, stream);
-  impl_->run(x, logits, out, num_tokens, workspace, stream, chosen);
+  impl_->with_launch(num_tokens, plan, [&](const LayerLaunch& launch) {
+    auto* logits = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace) +
+                                            WorkspaceLayout::of(impl_->shape, num_tokens).logits);
+    launch_router_logits(x, impl_->router_weight, impl_->router_bias, logits, num_tokens, impl_->shape.num_experts,
+                         impl_->shape.hidden, stream);
+    impl_->run(x, logits, out, num_tokens, workspace, stream, launch);
+  });
 }
 
 RoutingView MoeRunner::routing(void* workspace, int num_tokens) const {

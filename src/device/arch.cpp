@@ -1,4 +1,4 @@
-#include "jit/arch.hpp"
+#include "device/arch.hpp"
 
 #include <array>
 

@@ -1,0 +1,65 @@
+#include "tactics/heuristic.hpp"
+
+#include <cmath>
+
+#include "kernels/family_registry.hpp"
+
+namespace mxmoe {
+namespace {
+
+// The GEMV shapes with the shallow two-record pipeline held to 80 registers: for the few columns of
+// <= 4 touched experts, warps along K (FC1 2 per column; FC2, which has half FC1's rows, 4); 8
+// columns per CTA once more experts fill the SMs. Past ~12 touched experts, where those CTAs run
+// in more than one wave, the stream-K GEMV with one 24-warp CTA per SM: 8 tokens per tile up to
+// ~4 expected rows per expert, 16 up to 8.
+const Tactic kGemvFewFc1{
+    .family = "gemv", .tile_rows = 64, .tile_tokens = 8, .warps_rows = 4, .warps_k = 2, .batch_records = 2};
+const Tactic kGemvFewFc2{
+    .family = "gemv", .tile_rows = 32, .tile_tokens = 8, .warps_rows = 2, .warps_k = 4, .batch_records = 2};
+const Tactic kGemvWide{.family = "gemv", .tile_rows = 128, .tile_tokens = 8, .warps_rows = 8, .batch_records = 2};
+const Tactic kStreamK{.family = "sk", .tile_rows = 384, .tile_tokens = 8, .warps_rows = 24, .batch_records = 2};
+const Tactic kStreamK16{.family = "sk", .tile_rows = 384, .tile_tokens = 16, .warps_rows = 24, .batch_records = 2};
+
+Tactic mma_tile(int tile_tokens) {
+  if (tile_tokens <= 32) {
+    return {.family = "mma", .tile_rows = 128, .tile_tokens = tile_tokens, .warps_rows = 4, .smem_stages = 4};
+  }
+  return {.family = "mma",
+          .tile_rows = 128,
+          .tile_tokens = tile_tokens,
+          .warps_rows = 2,
+          .warps_tokens = tile_tokens / 32,
+          .smem_stages = 3};
+}
+
+}  // namespace
+
+LayerPlan heuristic_plan(const MoeShape& shape, int num_tokens, const Arch& arch) {
+  const long long pairs = static_cast<long long>(num_tokens) * shape.top_k;
+  const long long rows_expected = (pairs + shape.num_experts - 1) / shape.num_experts;
+  auto fits = [&](const Tactic& t) {
+    const StageShape fc1{shape, Stage::kFc1}, fc2{shape, Stage::kFc2};
+    const KernelFamily& family = family_of(t);
+    return family.why_invalid(t, arch, &fc1).empty() && family.why_invalid(t, arch, &fc2).empty();
+  };
+  // Up to ~4 rows per expert (an expert past 8 takes a second pass over its weights, rare there).
+  if (fits(kGemvWide) && (num_tokens <= kGemvWide.tile_tokens || rows_expected <= 4)) {
+    const double touched =
+        shape.num_experts * (1.0 - std::pow(1.0 - static_cast<double>(shape.top_k) / shape.num_experts, num_tokens));
+    if (touched < 4.5) return {kGemvFewFc1, kGemvFewFc2};
+    if (touched <= 12.0) return {kGemvWide, kGemvFewFc1};
+    if (fits(kStreamK)) return {kStreamK, kStreamK};
+    return {kGemvWide, kGemvWide};
+  }
+  if (fits(kStreamK16) && rows_expected <= 8) return {kStreamK16, kStreamK16};
+  int tile = 16;
+  while (tile < 128 && tile < rows_expected) tile *= 2;
+  return {mma_tile(tile), mma_tile(tile)};
+}
+
+std::vector<Tactic> default_tactics() {
+  return {kGemvFewFc1,  kGemvFewFc2,  kGemvWide,    kStreamK,     kStreamK16,
+          mma_tile(16), mma_tile(32), mma_tile(64), mma_tile(128)};
+}
+
+}  // namespace mxmoe

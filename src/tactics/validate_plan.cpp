@@ -1,0 +1,30 @@
+#include "tactics/validate_plan.hpp"
+
+#include <algorithm>
+
+#include "kernels/family_registry.hpp"
+#include "mxmoe/error.hpp"
+
+namespace mxmoe {
+
+void validate_plan(const MoeShape& shape, const LayerPlan& plan, const Arch& arch) {
+  const KernelFamily &fc1 = family_of(plan.fc1), &fc2 = family_of(plan.fc2);
+  if ((fc1.whole_layer() || fc2.whole_layer()) && !(plan.fc1 == plan.fc2 && plan.fc1.k_split == 1)) {
+    throw Error("plan " + plan.fc1.name() + " + " + plan.fc2.name() +
+                ": a whole-layer tactic runs the whole layer (FC1, FC2 and the un-permute), so it must be "
+                "both stages' tactic, with k_split 1");
+  }
+  const auto& valid = valid_tactics(arch.name);
+  for (const auto& [tactic, stage] : {std::pair{plan.fc1, Stage::kFc1}, std::pair{plan.fc2, Stage::kFc2}}) {
+    const std::string which = stage == Stage::kFc1 ? "FC1" : "FC2";
+    if (std::find(valid.begin(), valid.end(), tactic.binary()) == valid.end()) {
+      throw Error(which + " tactic " + tactic.name() + " is not in the " + std::string(arch.name) + " tactic table");
+    }
+    const StageShape stage_shape{shape, stage};
+    if (const std::string why = family_of(tactic).why_invalid(tactic, arch, &stage_shape); !why.empty()) {
+      throw Error(which + " tactic " + tactic.name() + ": " + why);
+    }
+  }
+}
+
+}  // namespace mxmoe
