@@ -30,9 +30,10 @@ constexpr FieldName kFieldNames[] = {{&Tactic::tile_rows, "tile_rows"},     {&Ta
 
 std::string KernelFamily::why_invalid(const Tactic& t, const Arch& arch, const StageShape* shape) const {
   if (t.family != prefix()) return "not a '" + std::string(prefix()) + "' tactic";
+  // Fields its names do not spell keep their defaults, so that a name stands for one tactic.
   const Tactic defaults;
+  const auto fields = name_fields();
   for (const auto& [field, name] : kFieldNames) {
-    const auto fields = name_fields();
     const bool spelled =
         std::any_of(fields.begin(), fields.end(), [&](const NameField& f) { return f.field == field; });
     if (!spelled && t.*field != defaults.*field) {
