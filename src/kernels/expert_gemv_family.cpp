@@ -60,9 +60,9 @@ class GemvFamily final : public KernelFamily {
 
   LaunchGeometry geometry(const Tactic& t, const StageShape& shape, int num_tokens, bool routes_itself,
                           const void*) const override {
-    const int staged_rows = staged_token_rows(t, num_tokens);
-    return {column_group_grid(t, shape, num_tokens), 32 * t.warps(), smem_bytes(t, shape, staged_rows, routes_itself),
-            staged_rows};
+    LaunchGeometry g = gemv_style_block(*this, t, shape, num_tokens, routes_itself);
+    g.grid = column_group_grid(t, shape, num_tokens);
+    return g;
   }
 
  protected:

@@ -53,10 +53,7 @@ class StreamKFamily final : public KernelFamily {
   // Every CTA resident at once (they wait on each other), at most kMaxStreamCtas.
   LaunchGeometry geometry(const Tactic& t, const StageShape& shape, int num_tokens, bool,
                           const void* kernel) const override {
-    LaunchGeometry g;
-    g.staged_rows = staged_token_rows(t, num_tokens);
-    g.smem_bytes = smem_bytes(t, shape, g.staged_rows, false);
-    g.threads = 32 * t.warps();
+    LaunchGeometry g = gemv_style_block(*this, t, shape, num_tokens, false);
     const long long resident = resident_ctas(kernel, g.threads, g.smem_bytes);
     if (resident < 1) {
       throw Error(t.name() + ": no CTA fits an SM (" + std::to_string(g.smem_bytes) + " bytes of shared memory)");

@@ -57,10 +57,7 @@ class FusedLayerFamily final : public KernelFamily {
   // As many CTAs as are resident at once, and no more than there can be items.
   LaunchGeometry geometry(const Tactic& t, const StageShape& shape, int num_tokens, bool,
                           const void* kernel) const override {
-    LaunchGeometry g;
-    g.staged_rows = staged_token_rows(t, num_tokens);
-    g.smem_bytes = smem_bytes(t, shape, g.staged_rows, false);
-    g.threads = 32 * t.warps();
+    LaunchGeometry g = gemv_style_block(*this, t, shape, num_tokens, false);
     const long long resident = resident_ctas(kernel, g.threads, g.smem_bytes);
     const long long max_active = std::min(shape.layer.num_experts, num_tokens * shape.layer.top_k);
     const long long groups = column_groups(t, shape.layer.fc1_rows()) + column_groups(t, shape.layer.hidden);

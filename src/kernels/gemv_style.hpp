@@ -39,6 +39,17 @@ inline constexpr NameField kGemvCtaNameFields[] = {{".r", &Tactic::tile_rows},  
 // gives it at most T rows.
 inline int staged_token_rows(const Tactic& t, int num_tokens) { return std::min(t.tile_tokens, num_tokens); }
 
+// A launch's block: the token rows its CTAs stage, its dynamic shared memory and its threads; the
+// grid is the family's.
+inline LaunchGeometry gemv_style_block(const KernelFamily& family, const Tactic& t, const StageShape& shape,
+                                       int num_tokens, bool routes_itself) {
+  LaunchGeometry g;
+  g.staged_rows = staged_token_rows(t, num_tokens);
+  g.smem_bytes = family.smem_bytes(t, shape, g.staged_rows, routes_itself);
+  g.threads = 32 * t.warps();
+  return g;
+}
+
 // The per-expert grid: x = column groups of warps_rows record columns, y = active-expert slots (an
 // upper bound, min(E, pairs); a CTA past the active count exits), z = K splits.
 inline dim3 column_group_grid(const Tactic& t, const StageShape& shape, int num_tokens) {
