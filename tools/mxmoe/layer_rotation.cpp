@@ -48,6 +48,7 @@ void LayerRotation::set_tokens(int tokens, bool skewed) {
                           cudaMemcpyHostToDevice),
                "copying router logits");
   }
+  for (const auto& layer : layers_) layer->runner.prepare(tokens);
   workspace_ = DeviceBuffer(runner().workspace_size(tokens), "workspace");
   sample_ = sample_tokens(tokens, kCheckedTokens);
   reference_.clear();

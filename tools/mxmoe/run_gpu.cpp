@@ -34,6 +34,7 @@ bool run_on_gpu(const MoeLayerWeights& weights, std::span<const Bf16> x, int num
   const GpuInfo gpu = list_gpus().front();
   cuda_check(cudaSetDevice(gpu.index), "cudaSetDevice");
   const MoeRunner runner(weights);
+  runner.prepare(num_tokens);
   const LayerPlan plan = runner.plan(num_tokens);
   std::printf("device: gpu %d (%s, sm_%d%d), FC1 %s, FC2 %s\n", gpu.index, gpu.name.c_str(), gpu.sm_major,
               gpu.sm_minor, plan.fc1.name().c_str(), plan.fc2.name().c_str());
