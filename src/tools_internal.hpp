@@ -8,6 +8,7 @@
 #include "device/arch.hpp"           // Arch, supported_archs, arch_by_name
 #include "device/cuda_check.hpp"     // cuda_check, DeviceBuffer
 #include "device/current_device.hpp" // current_device_arch
+#include "io/activation_file.hpp"     // read_activations, write_output
 #include "jit/aot.hpp"               // ahead_of_time_entries
 #include "jit/kernel_binary.hpp"     // compile_tactic, serialize_entry
 #include "jit/kernel_cache.hpp"      // KernelCache, default_kernel_cache

@@ -57,12 +57,22 @@ class Checkpoint {
 
 // Loads layer `layer`'s MoE tensors, detecting the scheme; the shape comes from the tensors
 // (E, H, I) and the config (top-k, default 4). The MXFP4 tensors stay in the mapped files.
-// Throws Error naming the file, the tensor and what was expected for anything missing or mis-shaped.
+// Throws Error naming the file, the tensor and what was expected for anything missing or mis-shaped,
+// and for a checkpoint it will not guess about: one holding the layer under both schemes' names
+// (unless `scheme` says which to read), or one whose experts are bf16 (transformers' save after
+// Mxfp4Config(dequantize=True): experts.gate_up_proj [E, H, 2I], experts.down_proj [E, I, H]),
+// unless `quantize_bf16_experts` asks to quantise them to MXFP4 (quantize_bf16_experts in
+// layer_weights.hpp; lossless for weights that were MXFP4).
+struct LoadOptions {
+  std::optional<CheckpointScheme> scheme;
+  bool quantize_bf16_experts = false;
+};
 struct LoadedLayer {
   MoeLayerWeights weights;
   CheckpointScheme scheme;
+  bool quantized_from_bf16 = false;
 };
-LoadedLayer load_gpt_oss_layer(const Checkpoint& checkpoint, int layer);
+LoadedLayer load_gpt_oss_layer(const Checkpoint& checkpoint, int layer, const LoadOptions& options = {});
 
 // Writes shape.num_layers layers of make_synthetic_layer(shape, layer_seed(seed, layer)) into `dir`
 // (created if missing): `shards` safetensors files (with model.safetensors.index.json when more than

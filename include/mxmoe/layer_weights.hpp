@@ -35,6 +35,18 @@ struct MoeLayerWeights {
   void validate() const;
 };
 
+// A layer whose experts are dense bf16, as transformers holds them (GptOssExperts, and what it
+// writes after Mxfp4Config(dequantize=True)): gate_up [E, H, 2I] (x @ gate_up; gate and linear
+// columns interleaved), down [E, I, H]; gate_up_bias [E, 2I], down_bias [E, H]. The experts are
+// quantised to MXFP4 by the OCP rules (mx_format.hpp), one scale per 32 values along each output
+// row's input dimension. Weights that were MXFP4 before they were dequantised come back with the
+// same values exactly (every value of such a block is representable at the block's new scale).
+// Throws Error naming a tensor whose size disagrees with `shape`.
+MoeLayerWeights quantize_bf16_experts(const MoeShape& shape, std::vector<Bf16> router_weight,
+                                      std::vector<Bf16> router_bias, std::span<const Bf16> gate_up,
+                                      std::vector<Bf16> gate_up_bias, std::span<const Bf16> down,
+                                      std::vector<Bf16> down_bias);
+
 // Seeded random weights of the given shape: uniform E2M1 codes, E8M0 scales chosen so that FC1
 // outputs have a standard deviation of a few units (some reach the +-7 clamp) and the layer output
 // is O(1) for unit-normal activations. Deterministic in (shape, seed), whatever the thread count.

@@ -2,6 +2,7 @@
 // then hold every other tensor to exactly the dtype and shape that shape implies.
 #include <cstring>
 
+#include "common/printable.hpp"
 #include "io/gpt_oss_names.hpp"
 #include "mxmoe/checkpoint.hpp"
 #include "mxmoe/error.hpp"
@@ -26,8 +27,8 @@ class LayerReader {
   Checkpoint::Located require(const std::string& name) {
     auto located = checkpoint_.find(name);
     if (!located) {
-      throw Error(checkpoint_.path() + ": tensor '" + name + "' is missing (layer " + std::to_string(layer_) + ", " +
-                  std::string(scheme_name(scheme_)) + " scheme)");
+      throw Error(printable(checkpoint_.path()) + ": tensor '" + name + "' is missing (layer " +
+                  std::to_string(layer_) + ", " + std::string(scheme_name(scheme_)) + " scheme)");
     }
     files_.push_back(located->file);
     return *located;
@@ -37,8 +38,8 @@ class LayerReader {
     const auto located = require(e.name);
     const TensorInfo want{e.name, e.dtype, e.shape, {}};
     if (located.tensor->dtype != e.dtype || located.tensor->shape != e.shape) {
-      throw Error(located.file->path() + ": tensor '" + e.name + "': expected " + want.describe() + ", got " +
-                  located.tensor->describe());
+      throw Error(printable(located.file->path()) + ": tensor '" + e.name + "': expected " + want.describe() +
+                  ", got " + located.tensor->describe());
     }
     return located.tensor->bytes;
   }
@@ -67,11 +68,53 @@ std::string layers_present(const Checkpoint& checkpoint, CheckpointScheme scheme
   return count == 0 ? "none" : "0-" + std::to_string(count - 1);
 }
 
+// The shape of a layer from one expert tensor's dimensions and the config's top-k; throws Error
+// quoting the tensor when they do not make a valid shape.
+MoeShape layer_shape(const Checkpoint& checkpoint, const Checkpoint::Located& tensor, const std::string& name,
+                     int64_t experts, int64_t hidden, int64_t intermediate) {
+  MoeShape shape;
+  shape.num_experts = static_cast<int>(std::min<int64_t>(experts, INT32_MAX));
+  shape.intermediate = static_cast<int>(std::min<int64_t>(intermediate, INT32_MAX));
+  shape.hidden = static_cast<int>(std::min<int64_t>(hidden, INT32_MAX));
+  shape.top_k = checkpoint.config_top_k().value_or(kDefaultTopK);
+  try {
+    shape.validate();
+  } catch (const Error& e) {
+    throw Error(printable(tensor.file->path()) + ": tensor '" + name + "' " + tensor.tensor->describe() + ": " +
+                e.what());
+  }
+  return shape;
+}
+
+// A layer saved with bf16 experts, quantised to MXFP4 (LoadOptions::quantize_bf16_experts).
+LoadedLayer load_bf16_experts(const Checkpoint& checkpoint, int layer) {
+  const LayerTensorNames names = layer_tensor_names(CheckpointScheme::kHuggingFace, layer);
+  const DenseExpertNames dense = dense_expert_names(layer);
+  LayerReader reader(checkpoint, layer, CheckpointScheme::kHuggingFace);
+  const auto gate_up = reader.require(dense.gate_up);
+  const auto& dims = gate_up.tensor->shape;
+  if (gate_up.tensor->dtype != Dtype::kBF16 || dims.size() != 3 || dims[2] % 2 != 0) {
+    throw Error(printable(gate_up.file->path()) + ": tensor '" + dense.gate_up + "': expected [E, H, 2I] BF16, got " +
+                gate_up.tensor->describe());
+  }
+  const MoeShape shape = layer_shape(checkpoint, gate_up, dense.gate_up, dims[0], dims[1], dims[2] / 2);
+  const int64_t e = shape.num_experts, h = shape.hidden, i = shape.intermediate;
+  auto bf16_view = [](std::span<const uint8_t> bytes) {
+    return std::span<const Bf16>(reinterpret_cast<const Bf16*>(bytes.data()), bytes.size() / 2);
+  };
+  LoadedLayer loaded{quantize_bf16_experts(shape, reader.bf16({names.router_weight, Dtype::kBF16, {e, h}}),
+                                           reader.bf16({names.router_bias, Dtype::kBF16, {e}}),
+                                           bf16_view(reader.bytes({dense.gate_up, Dtype::kBF16, {e, h, 2 * i}})),
+                                           reader.bf16({names.fc1_bias, Dtype::kBF16, {e, 2 * i}}),
+                                           bf16_view(reader.bytes({dense.down, Dtype::kBF16, {e, i, h}})),
+                                           reader.bf16({names.fc2_bias, Dtype::kBF16, {e, h}})),
+                     CheckpointScheme::kHuggingFace, true};
+  return loaded;
+}
+
 }  // namespace
 
-std::string_view scheme_name(CheckpointScheme scheme) {
-  return scheme == CheckpointScheme::kOpenAi ? "openai" : "hf";
-}
+std::string_view scheme_name(CheckpointScheme scheme) { return scheme == CheckpointScheme::kOpenAi ? "openai" : "hf"; }
 
 CheckpointScheme parse_scheme(std::string_view name) {
   if (name == "openai") return CheckpointScheme::kOpenAi;
@@ -79,17 +122,33 @@ CheckpointScheme parse_scheme(std::string_view name) {
   throw Error("unknown checkpoint scheme '" + std::string(name) + "' (known: openai, hf)");
 }
 
-LoadedLayer load_gpt_oss_layer(const Checkpoint& checkpoint, int layer) {
+LoadedLayer load_gpt_oss_layer(const Checkpoint& checkpoint, int layer, const LoadOptions& options) {
   if (layer < 0) throw Error("layer " + std::to_string(layer) + " is negative");
-  std::optional<CheckpointScheme> scheme;
-  for (auto candidate : {CheckpointScheme::kOpenAi, CheckpointScheme::kHuggingFace}) {
-    if (checkpoint.find(layer_tensor_names(candidate, layer).fc1_blocks)) scheme = candidate;
+  const std::string path = printable(checkpoint.path()), layer_name = "layer " + std::to_string(layer);
+  const auto openai = layer_tensor_names(CheckpointScheme::kOpenAi, layer);
+  const auto hf = layer_tensor_names(CheckpointScheme::kHuggingFace, layer);
+  const bool has_openai = checkpoint.find(openai.fc1_blocks).has_value();
+  const bool has_hf = checkpoint.find(hf.fc1_blocks).has_value();
+  std::optional<CheckpointScheme> scheme = options.scheme;
+  if (!scheme && has_openai && has_hf) {
+    throw Error(path + ": " + layer_name + "'s MoE tensors are there under both the openai names ('" +
+                openai.fc1_blocks + "', ...) and the Hugging Face names ('" + hf.fc1_blocks +
+                "', ...); choose which to read (--scheme openai or --scheme hf)");
   }
+  if (!scheme && (has_openai || has_hf))
+    scheme = has_openai ? CheckpointScheme::kOpenAi : CheckpointScheme::kHuggingFace;
   if (!scheme) {
-    const auto openai = layer_tensor_names(CheckpointScheme::kOpenAi, layer);
-    const auto hf = layer_tensor_names(CheckpointScheme::kHuggingFace, layer);
-    throw Error(checkpoint.path() + ": no MoE tensors for layer " + std::to_string(layer) + " (looked for '" +
-                openai.fc1_blocks + "' and '" + hf.fc1_blocks + "'; layers present: openai " +
+    const DenseExpertNames dense = dense_expert_names(layer);
+    if (const auto gate_up = checkpoint.find(dense.gate_up)) {
+      if (options.quantize_bf16_experts) return load_bf16_experts(checkpoint, layer);
+      throw Error(path + ": " + layer_name + "'s experts are dense ('" + dense.gate_up + "' " +
+                  gate_up->tensor->describe() +
+                  "): a checkpoint saved dequantised (transformers' Mxfp4Config(dequantize=True)); mxmoe runs "
+                  "MXFP4 experts: quantise them on load (--quantize-bf16-experts; lossless for weights that "
+                  "were MXFP4) or give the original MXFP4 checkpoint");
+    }
+    throw Error(path + ": no MoE tensors for " + layer_name + " (looked for '" + openai.fc1_blocks + "', '" +
+                hf.fc1_blocks + "' and '" + dense.gate_up + "'; layers present: openai " +
                 layers_present(checkpoint, CheckpointScheme::kOpenAi) + ", hf " +
                 layers_present(checkpoint, CheckpointScheme::kHuggingFace) + ")");
   }
@@ -100,22 +159,14 @@ LoadedLayer load_gpt_oss_layer(const Checkpoint& checkpoint, int layer) {
   const auto& dims = fc1.tensor->shape;
   if (fc1.tensor->dtype != Dtype::kU8 || dims.size() != 4 || dims[3] != kMxfp4BlockBytes || dims[1] % 2 != 0 ||
       dims[0] < 1 || dims[1] < 2 || dims[2] < 1) {
-    throw Error(fc1.file->path() + ": tensor '" + names.fc1_blocks + "': expected [E, 2I, H/32, 16] U8, got " +
-                fc1.tensor->describe());
+    throw Error(printable(fc1.file->path()) + ": tensor '" + names.fc1_blocks +
+                "': expected [E, 2I, H/32, 16] U8, got " + fc1.tensor->describe());
   }
-  MoeShape shape;
-  shape.num_experts = static_cast<int>(std::min<int64_t>(dims[0], INT32_MAX));
-  shape.intermediate = static_cast<int>(std::min<int64_t>(dims[1] / 2, INT32_MAX));
-  shape.hidden = static_cast<int>(std::min<int64_t>(dims[2] * kMxBlock, INT32_MAX));
-  shape.top_k = checkpoint.config_top_k().value_or(kDefaultTopK);
-  try {
-    shape.validate();
-  } catch (const Error& e) {
-    throw Error(fc1.file->path() + ": tensor '" + names.fc1_blocks + "' " + fc1.tensor->describe() + ": " + e.what());
-  }
+  const MoeShape shape = layer_shape(checkpoint, fc1, names.fc1_blocks, dims[0],
+                                     std::min<int64_t>(dims[2], INT32_MAX) * kMxBlock, dims[1] / 2);
 
   const int64_t e = shape.num_experts, h = shape.hidden, i = shape.intermediate, rows1 = shape.fc1_rows();
-  LoadedLayer loaded{MoeLayerWeights{}, *scheme};
+  LoadedLayer loaded{MoeLayerWeights{}, *scheme, false};
   MoeLayerWeights& w = loaded.weights;
   w.shape = shape;
   w.router_weight = reader.bf16({names.router_weight, Dtype::kBF16, {e, h}});

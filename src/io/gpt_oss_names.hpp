@@ -11,6 +11,16 @@ struct LayerTensorNames {
   std::string router_weight, router_bias, fc1_blocks, fc1_scales, fc1_bias, fc2_blocks, fc2_scales, fc2_bias;
 };
 
+// The dense bf16 experts transformers saves after Mxfp4Config(dequantize=True) (Hugging Face names;
+// the router and biases are named as in layer_tensor_names).
+struct DenseExpertNames {
+  std::string gate_up, down;
+};
+inline DenseExpertNames dense_expert_names(int layer) {
+  const std::string p = "model.layers." + std::to_string(layer) + ".mlp.experts.";
+  return {p + "gate_up_proj", p + "down_proj"};
+}
+
 inline LayerTensorNames layer_tensor_names(CheckpointScheme scheme, int layer) {
   const std::string n = std::to_string(layer);
   if (scheme == CheckpointScheme::kOpenAi) {

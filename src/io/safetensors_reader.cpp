@@ -10,6 +10,7 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 
+#include "common/printable.hpp"
 #include "mxmoe/error.hpp"
 #include "mxmoe/safetensors.hpp"
 
@@ -32,13 +33,16 @@ constexpr std::array<DtypeEntry, 15> kDtypes{{
 constexpr uint64_t kMaxHeaderBytes = 100ull << 20;
 constexpr uint64_t kMaxTensorBytes = 1ull << 50;
 
-[[noreturn]] void fail(const std::string& path, const std::string& what) { throw Error(path + ": " + what); }
+[[noreturn]] void fail(const std::string& path, const std::string& what) { throw Error(printable(path) + ": " + what); }
 
 using Json = nlohmann::json;
 
+// A JSON value from the file, as error messages quote it: ASCII only, control characters escaped.
+std::string json_text(const Json& value) { return value.dump(-1, ' ', true, Json::error_handler_t::replace); }
+
 TensorInfo parse_entry(const std::string& path, const std::string& name, const Json& entry,
                        const uint8_t* data, uint64_t data_bytes) {
-  const std::string where = "tensor '" + name + "': ";
+  const std::string where = "tensor '" + printable(name) + "': ";
   if (!entry.is_object()) fail(path, where + "header entry is not an object");
   TensorInfo info;
   info.name = name;
@@ -47,16 +51,16 @@ TensorInfo parse_entry(const std::string& path, const std::string& name, const J
   if (dtype_it == entry.end() || !dtype_it->is_string()) fail(path, where + "missing dtype");
   const std::string dtype = dtype_it->get<std::string>();
   const auto known = std::find_if(kDtypes.begin(), kDtypes.end(), [&](const DtypeEntry& d) { return d.name == dtype; });
-  if (known == kDtypes.end()) fail(path, where + "unknown dtype '" + dtype + "'");
+  if (known == kDtypes.end()) fail(path, where + "unknown dtype '" + printable(dtype) + "'");
   info.dtype = known->dtype;
 
   const auto shape_it = entry.find("shape");
   if (shape_it == entry.end() || !shape_it->is_array()) fail(path, where + "missing shape");
   uint64_t elements = 1;
   for (const Json& dim : *shape_it) {
-    if (!dim.is_number_unsigned()) fail(path, where + "shape " + shape_it->dump() + " is not a list of sizes");
+    if (!dim.is_number_unsigned()) fail(path, where + "shape " + json_text(*shape_it) + " is not a list of sizes");
     const uint64_t d = dim.get<uint64_t>();
-    if (d != 0 && elements > kMaxTensorBytes / d) fail(path, where + "shape " + shape_it->dump() + " is too large");
+    if (d != 0 && elements > kMaxTensorBytes / d) fail(path, where + "shape " + json_text(*shape_it) + " is too large");
     elements *= d;
     info.shape.push_back(static_cast<int64_t>(d));
   }
@@ -128,6 +132,10 @@ std::shared_ptr<const SafetensorsFile> SafetensorsFile::open(const std::string& 
 
   uint64_t header_bytes = 0;
   for (int i = 7; i >= 0; --i) header_bytes = (header_bytes << 8) | file->mapping_[i];
+  if (header_bytes > file_bytes - 8 && (file->mapping_[0] == '{' || file->mapping_[0] == '[')) {
+    fail(path, "this is a JSON file (a config.json or an index?), not a safetensors file; give the checkpoint's "
+               "directory or one of its .safetensors files");
+  }
   if (header_bytes > file_bytes - 8) {
     fail(path, "header length " + std::to_string(header_bytes) + " runs past the end of the file (" +
                    std::to_string(file_bytes) + " bytes)");
@@ -138,7 +146,7 @@ std::shared_ptr<const SafetensorsFile> SafetensorsFile::open(const std::string& 
   try {
     json = Json::parse(header, header + header_bytes);
   } catch (const Json::exception& e) {
-    fail(path, std::string("header is not valid JSON: ") + e.what());
+    fail(path, "header is not valid JSON: " + printable(e.what()));
   }
   if (!json.is_object()) fail(path, "header is not a JSON object");
 
@@ -148,7 +156,7 @@ std::shared_ptr<const SafetensorsFile> SafetensorsFile::open(const std::string& 
     if (name == "__metadata__") {
       if (!entry.is_object()) fail(path, "__metadata__ is not an object");
       for (const auto& [key, value] : entry.items()) {
-        if (!value.is_string()) fail(path, "__metadata__ value for '" + key + "' is not a string");
+        if (!value.is_string()) fail(path, "__metadata__ value for '" + printable(key) + "' is not a string");
         file->metadata_[key] = value.get<std::string>();
       }
       continue;
@@ -165,7 +173,8 @@ std::shared_ptr<const SafetensorsFile> SafetensorsFile::open(const std::string& 
   for (size_t i = 1; i < by_offset.size(); ++i) {
     const TensorInfo& prev = *by_offset[i - 1];
     if (by_offset[i]->bytes.data() < prev.bytes.data() + prev.bytes.size()) {
-      fail(path, "tensor '" + by_offset[i]->name + "': data_offsets overlap those of tensor '" + prev.name + "'");
+      fail(path, "tensor '" + printable(by_offset[i]->name) + "': data_offsets overlap those of tensor '" +
+                     printable(prev.name) + "'");
     }
   }
   std::sort(file->tensors_.begin(), file->tensors_.end(),

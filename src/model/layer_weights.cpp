@@ -26,6 +26,7 @@ int synthetic_scale_exponent(int k, double input_power, double target_std) {
   return static_cast<int>(std::lround(std::log2(target_std / unit_scale_std)));
 }
 
+// Owned expert tensors (synthetic or quantised here).
 struct SyntheticStorage {
   std::vector<uint8_t> fc1_blocks, fc1_scales, fc2_blocks, fc2_scales;
 };
@@ -64,6 +65,60 @@ void MoeLayerWeights::validate() const {
   check_size("fc2_bias", fc2_bias.size(), e * h, shape);
 }
 
+MoeLayerWeights quantize_bf16_experts(const MoeShape& shape, std::vector<Bf16> router_weight,
+                                      std::vector<Bf16> router_bias, std::span<const Bf16> gate_up,
+                                      std::vector<Bf16> gate_up_bias, std::span<const Bf16> down,
+                                      std::vector<Bf16> down_bias) {
+  shape.validate();
+  const size_t e = shape.num_experts, h = shape.hidden, i = shape.intermediate, rows1 = shape.fc1_rows();
+  check_size("gate_up", gate_up.size(), e * h * rows1, shape);
+  check_size("down", down.size(), e * i * h, shape);
+  auto storage = std::make_shared<SyntheticStorage>();
+  storage->fc1_blocks.resize(e * rows1 * h / 2);
+  storage->fc1_scales.resize(e * rows1 * h / kMxBlock);
+  storage->fc2_blocks.resize(e * h * i / 2);
+  storage->fc2_scales.resize(e * h * i / kMxBlock);
+  // Output rows [row0, row0 + 16) of expert `expert` of a [E, K, rows] tensor: gathered along K (16
+  // contiguous values per K step) and quantised row by row.
+  constexpr size_t kRowsPerJob = 16;
+  auto quantize_rows = [](std::span<const Bf16> dense, size_t expert, size_t row0, size_t k, size_t rows,
+                          std::vector<uint8_t>& blocks, std::vector<uint8_t>& scales) {
+    std::vector<float> values(kRowsPerJob * k);
+    for (size_t j = 0; j < k; ++j) {
+      const Bf16* src = dense.data() + (expert * k + j) * rows + row0;
+      for (size_t r = 0; r < kRowsPerJob; ++r) values[r * k + j] = bf16_to_float(src[r]);
+    }
+    for (size_t r = 0; r < kRowsPerJob; ++r) {
+      const size_t at = expert * rows + row0 + r;
+      quantize_mxfp4(std::span(values).subspan(r * k, k), std::span(blocks).subspan(at * k / 2, k / 2),
+                     std::span(scales).subspan(at * k / kMxBlock, k / kMxBlock));
+    }
+  };
+  // Row counts are multiples of 16: 2I and H are multiples of 32.
+  const size_t jobs_per_expert = (rows1 + h) / kRowsPerJob;
+  parallel_for(e * jobs_per_expert, 0, [&](size_t job) {
+    const size_t expert = job / jobs_per_expert, row0 = job % jobs_per_expert * kRowsPerJob;
+    if (row0 < rows1) {
+      quantize_rows(gate_up, expert, row0, h, rows1, storage->fc1_blocks, storage->fc1_scales);
+    } else {
+      quantize_rows(down, expert, row0 - rows1, i, h, storage->fc2_blocks, storage->fc2_scales);
+    }
+  });
+  MoeLayerWeights w;
+  w.shape = shape;
+  w.router_weight = std::move(router_weight);
+  w.router_bias = std::move(router_bias);
+  w.fc1_bias = std::move(gate_up_bias);
+  w.fc2_bias = std::move(down_bias);
+  w.fc1_blocks = storage->fc1_blocks;
+  w.fc1_scales = storage->fc1_scales;
+  w.fc2_blocks = storage->fc2_blocks;
+  w.fc2_scales = storage->fc2_scales;
+  w.storage = std::move(storage);
+  w.validate();
+  return w;
+}
+
 MoeLayerWeights make_synthetic_layer(const MoeShape& shape, uint64_t seed) {
   shape.validate();
   const size_t e = shape.num_experts, h = shape.hidden, i = shape.intermediate, rows1 = shape.fc1_rows();
@@ -86,8 +141,8 @@ MoeLayerWeights make_synthetic_layer(const MoeShape& shape, uint64_t seed) {
                   fc1_exponent, stream);
     } else {
       fill_expert(std::span(storage->fc2_blocks).subspan(expert * h * i / 2, h * i / 2),
-                  std::span(storage->fc2_scales).subspan(expert * h * i / kMxBlock, h * i / kMxBlock),
-                  fc2_exponent, stream);
+                  std::span(storage->fc2_scales).subspan(expert * h * i / kMxBlock, h * i / kMxBlock), fc2_exponent,
+                  stream);
     }
   });
 

@@ -2,10 +2,14 @@
 // embedded shape and on checkpoints of both schemes.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <map>
 #include <regex>
 #include <vector>
 
+#include "io/activation_file.hpp"
+#include "mxmoe/reference.hpp"
+#include "mxmoe/safetensors.hpp"
 #include "test_support.hpp"
 
 namespace mxmoe {
@@ -31,7 +35,7 @@ TEST(Cli, HelpAndVersion) {
   const std::map<std::string, std::vector<std::string>> options = {
       {"run",
        {"model", "experts", "top-k", "hidden", "intermediate", "checkpoint", "layer", "tokens", "device", "seed",
-        "check"}},
+        "check", "scheme", "quantize-bf16-experts", "input", "output"}},
       {"make-checkpoint",
        {"model", "experts", "top-k", "hidden", "intermediate", "layers", "out", "scheme", "shards", "seed"}},
       {"bench", {"model", "tokens", "layers", "replays", "skewed", "compare", "breakdown", "json", "plan"}},
@@ -124,6 +128,44 @@ TEST(Cli, CheckpointShapeMustMatchAnExplicitModel) {
   expect_one_error_line(r);
   EXPECT_NE(r.err.find("gpt-oss-120b"), std::string::npos) << r.err;
   EXPECT_EQ(test::run_cli("run --checkpoint " + dir.string() + " --experts 4").exit_code, 2);
+}
+
+// --input takes a framework's activations (float32 .npy here), --output writes the layer's result;
+// on the CPU that is the reference's own output, bit for bit.
+TEST(Cli, RunReadsInputAndWritesOutput) {
+  const fs::path dir = test::scratch_dir();
+  const MoeShape shape{6, 2, 64, 96, 1};
+  const int tokens = 7;
+  const std::vector<Bf16> x = make_activations(tokens, shape.hidden, 99);
+  write_output((dir / "x.npy").string(), x, tokens, shape.hidden);  // float32, each value a bf16
+  const auto r = test::run_cli(std::string("run ") + kSmallShape + " --device cpu --input " + (dir / "x.npy").string() +
+                               " --output " + (dir / "y.safetensors").string());
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("tokens: 7"), std::string::npos) << r.out;
+  const auto expected = reference_forward(make_synthetic_layer(shape, layer_seed(0, 0)), x, tokens).out_bf16;
+  const auto y = SafetensorsFile::open((dir / "y.safetensors").string());
+  const TensorInfo* t = y->find("y");
+  ASSERT_NE(t, nullptr);
+  EXPECT_EQ(t->describe(), "[7, 64] BF16");
+  ASSERT_EQ(t->bytes.size(), expected.size() * 2);
+  EXPECT_EQ(std::memcmp(t->bytes.data(), expected.data(), t->bytes.size()), 0);
+
+  // The .npy output holds the same values as float32, which read back as the same bf16.
+  ASSERT_EQ(test::run_cli(std::string("run ") + kSmallShape + " --device cpu --input " + (dir / "x.npy").string() +
+                          " --output " + (dir / "y.npy").string())
+                .exit_code,
+            0);
+  const ActivationInput back = read_activations((dir / "y.npy").string(), shape.hidden, shape.num_experts);
+  EXPECT_EQ(back.num_tokens, tokens);
+  EXPECT_EQ(std::memcmp(back.x.data(), expected.data(), expected.size() * 2), 0);
+
+  const auto wrong = test::run_cli("run --device cpu --input " + (dir / "x.npy").string());  // H = 2880
+  EXPECT_EQ(wrong.exit_code, 1);
+  expect_one_error_line(wrong);
+  EXPECT_NE(wrong.err.find("[T, 2880]"), std::string::npos) << wrong.err;
+  EXPECT_EQ(test::run_cli(std::string("run ") + kSmallShape + " --tokens 3 --input " + (dir / "x.npy").string()).exit_code,
+            2);
+  EXPECT_EQ(test::run_cli("run --quantize-bf16-experts").exit_code, 2);  // goes with --checkpoint
 }
 
 class CliBadCheckpoint : public ::testing::TestWithParam<test::BadCheckpoint> {};

@@ -21,6 +21,7 @@ inline MoeShape small_shape(int layers = 2) { return MoeShape{6, 2, 64, 96, laye
 std::filesystem::path scratch_dir();
 
 void write_file(const std::filesystem::path& path, const std::string& bytes);
+std::string read_file(const std::filesystem::path& path);
 
 // A safetensors file's bytes from a header text and a data section; `header_length` overrides the
 // 8-byte length field.

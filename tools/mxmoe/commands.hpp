@@ -4,6 +4,7 @@
 
 #include <span>
 #include <string>
+#include <vector>
 
 #include "mxmoe/layer_weights.hpp"
 
@@ -16,8 +17,13 @@ int probe_command(std::span<const std::string> args);
 int cache_command(std::span<const std::string> args);
 int tune_command(std::span<const std::string> args);
 
-// The GPU half of `mxmoe run`: forward on the first GPU, timing, summary, and with `check` the
-// comparison with the CPU reference; false when the check fails.
-bool run_on_gpu(const MoeLayerWeights& weights, std::span<const Bf16> x, int num_tokens, bool check);
+// The GPU half of `mxmoe run`: forward on the first GPU (from `router_logits` when given, else from
+// the layer's router), timing, summary, and with `check` the comparison with the CPU reference.
+struct GpuRun {
+  std::vector<Bf16> out;  // [num_tokens, H]
+  bool check_passed;
+};
+GpuRun run_on_gpu(const MoeLayerWeights& weights, std::span<const Bf16> x, int num_tokens,
+                  const std::vector<float>* router_logits, bool check);
 
 }  // namespace mxmoe::cli

@@ -28,13 +28,22 @@ constexpr OptionSpec kOptions[] = {
     {"device", "auto|cpu|gpu", "where to run (default auto: the GPU if there is one)"},
     {"seed", "S", "seed of the activations and of synthetic weights (default 0)"},
     {"check", "", "compare with a float64 evaluation and print the relative error"},
+    {"scheme", "openai|hf", "which names to read where a checkpoint holds the layer under both"},
+    {"quantize-bf16-experts", "", "quantise a checkpoint's bf16 experts (a dequantised save) to MXFP4 on load"},
+    {"input", "FILE", "the activations (and optionally router_logits) from a .safetensors or .npy file"},
+    {"output", "FILE", "write the layer's output to a .safetensors (BF16) or .npy (float32) file"},
 };
 
 constexpr CommandSpec kSpec{
-    "run", "[--model M] [--checkpoint PATH] [--layer N] [--tokens T] [--device auto|cpu|gpu] [--seed S] [--check]",
-    "Runs one MoE layer forward on seeded unit-normal bf16 activations and prints the shape, the device, the\n"
-    "time and a summary of the output (its norm and a checksum of its bf16 bits). With no --checkpoint the\n"
-    "weights are synthetic MXFP4, seeded by --seed and the layer, identical to what make-checkpoint writes.",
+    "run",
+    "[--model M] [--checkpoint PATH [--scheme S] [--quantize-bf16-experts]] [--layer N] [--tokens T | --input FILE]\n"
+    "                 [--output FILE] [--device auto|cpu|gpu] [--seed S] [--check]",
+    "Runs one MoE layer forward on seeded unit-normal bf16 activations (or those of --input) and prints the\n"
+    "shape, the device, the time and a summary of the output (its norm and a checksum of its bf16 bits).\n"
+    "With no --checkpoint the weights are synthetic MXFP4, seeded by --seed and the layer, identical to what\n"
+    "make-checkpoint writes. --input takes x [T, H] from a .safetensors file (tensor 'x', BF16, F16 or F32,\n"
+    "and optionally 'router_logits' [T, E] F32) or a .npy file (float32, float16, or uint16 holding bf16);\n"
+    "--output writes y [T, H] as BF16 (.safetensors, tensor 'y') or float32 (.npy).",
     kOptions};
 
 // Tokens checked by --check: all of a small batch, else 8 spread over it (rows are independent).
@@ -93,7 +102,16 @@ int run_command(std::span<const std::string> args) {
   if (parsed->has("checkpoint")) {
     if (has_shape_override(*parsed)) throw UsageError("--checkpoint takes its shape from the file; drop the shape overrides");
     const Checkpoint checkpoint = Checkpoint::open(parsed->get("checkpoint", ""));
-    LoadedLayer loaded = load_gpt_oss_layer(checkpoint, layer);
+    LoadOptions options;
+    options.quantize_bf16_experts = parsed->flag("quantize-bf16-experts");
+    if (parsed->has("scheme")) {
+      try {
+        options.scheme = parse_scheme(parsed->get("scheme", ""));
+      } catch (const Error& e) {
+        throw UsageError(std::string("--scheme: ") + e.what());
+      }
+    }
+    LoadedLayer loaded = load_gpt_oss_layer(checkpoint, layer, options);
     weights = std::move(loaded.weights);
     if (parsed->has("model")) {
       const MoeShape expected = shape_from_args(*parsed);
@@ -103,32 +121,56 @@ int run_command(std::span<const std::string> args) {
                     ", not the " + parsed->get("model", "") + " shape " + expected.describe());
       }
     }
-    source = "from " + checkpoint.path() + " (" + std::string(scheme_name(loaded.scheme)) + " scheme)";
+    source = "from " + checkpoint.path() + " (" + std::string(scheme_name(loaded.scheme)) + " scheme" +
+             (loaded.quantized_from_bf16 ? ", bf16 experts quantised to MXFP4" : "") + ")";
   } else {
+    if (parsed->has("scheme") || parsed->flag("quantize-bf16-experts")) {
+      throw UsageError("--scheme and --quantize-bf16-experts go with --checkpoint");
+    }
     weights = make_synthetic_layer(shape_from_args(*parsed), layer_seed(seed, layer));
     source = parsed->get("model", "gpt-oss-20b") + (has_shape_override(*parsed) ? " with overrides" : "") +
              ", synthetic (seed " + std::to_string(seed) + ")";
   }
-  const std::vector<Bf16> x = make_activations(num_tokens, weights.shape.hidden, activation_seed(seed, layer));
+  if (parsed->has("input") && parsed->has("tokens")) throw UsageError("--input takes the token count from the file; drop --tokens");
+  ActivationInput input;
+  if (parsed->has("input")) {
+    input = read_activations(parsed->get("input", ""), weights.shape.hidden, weights.shape.num_experts);
+  } else {
+    input.num_tokens = num_tokens;
+    input.x = make_activations(num_tokens, weights.shape.hidden, activation_seed(seed, layer));
+  }
+  const std::vector<Bf16>& x = input.x;
+  const std::vector<float>* logits = input.router_logits ? &*input.router_logits : nullptr;
+  auto write = [&](std::span<const Bf16> y) {
+    if (!parsed->has("output")) return;
+    write_output(parsed->get("output", ""), y, input.num_tokens, weights.shape.hidden);
+    std::printf("output written to %s\n", parsed->get("output", "").c_str());
+  };
 
   const std::vector<GpuInfo> gpus = list_gpus();
   if (device == "gpu" && gpus.empty()) throw Error("--device gpu: no CUDA GPU is visible");
   std::printf("layer: %s, layer %d, weights %s\n", weights.shape.describe().c_str(), layer, source.c_str());
   if (device == "gpu" || (device == "auto" && !gpus.empty())) {
-    if (!run_on_gpu(weights, x, num_tokens, parsed->flag("check"))) {
-      throw Error("check failed: the GPU output disagrees with the CPU reference");
-    }
+    const GpuRun run = run_on_gpu(weights, x, input.num_tokens, logits, parsed->flag("check"));
+    write(run.out);
+    if (!run.check_passed) throw Error("check failed: the GPU output disagrees with the CPU reference");
     return 0;
+  }
+  if (logits && parsed->flag("check")) {
+    throw UsageError("--check on the CPU compares with a float64 evaluation that routes with the layer's router; "
+                     "drop router_logits from --input, or --check");
   }
   std::printf("device: cpu (float32 reference, %d threads)\n", default_thread_count());
 
   const auto start = std::chrono::steady_clock::now();
-  const ReferenceResult result = reference_forward(weights, x, num_tokens);
+  const ReferenceResult result = logits ? reference_forward_from_logits(weights, x, input.num_tokens, *logits)
+                                        : reference_forward(weights, x, input.num_tokens);
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-  std::printf("tokens: %d\n", num_tokens);
+  std::printf("tokens: %d\n", input.num_tokens);
   std::printf("time: %.3f ms\n", ms);
-  print_output_summary(result.out_bf16, num_tokens, weights.shape.hidden);
-  if (parsed->flag("check") && !check_against_f64(weights, x, num_tokens, result)) {
+  print_output_summary(result.out_bf16, input.num_tokens, weights.shape.hidden);
+  write(result.out_bf16);
+  if (parsed->flag("check") && !check_against_f64(weights, x, input.num_tokens, result)) {
     throw Error("check failed: the reference disagrees with the float64 evaluation");
   }
   return 0;
