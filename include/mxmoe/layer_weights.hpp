@@ -47,6 +47,15 @@ MoeLayerWeights quantize_bf16_experts(const MoeShape& shape, std::vector<Bf16> r
                                       std::vector<Bf16> gate_up_bias, std::span<const Bf16> down,
                                       std::vector<Bf16> down_bias);
 
+// Rank `rank` of `world` tensor-parallel shards of a layer: it holds the intermediate columns
+// [I rank / world, I (rank + 1) / world), i.e. their gate and linear rows of FC1 and their columns of
+// FC2, widened to whole 32-column scale blocks with zeros in the columns that are not its own (an
+// FC2 column of zeros adds nothing; so does an FC1 row pair of zeros with zero bias, whose
+// activation is 0). FC2's bias is rank 0's alone. Every shard routes as the layer does, and the
+// shards' outputs sum to the layer's. Throws Error for a rank outside [0, world) or a world with
+// fewer than one column per rank.
+MoeLayerWeights tensor_parallel_shard(const MoeLayerWeights& weights, int rank, int world);
+
 // Seeded random weights of the given shape: uniform E2M1 codes, E8M0 scales chosen so that FC1
 // outputs have a standard deviation of a few units (some reach the +-7 clamp) and the layer output
 // is O(1) for unit-normal activations. Deterministic in (shape, seed), whatever the thread count.

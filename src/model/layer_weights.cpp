@@ -119,6 +119,70 @@ MoeLayerWeights quantize_bf16_experts(const MoeShape& shape, std::vector<Bf16> r
   return w;
 }
 
+MoeLayerWeights tensor_parallel_shard(const MoeLayerWeights& weights, int rank, int world) {
+  weights.validate();
+  const MoeShape& full = weights.shape;
+  if (world < 1 || rank < 0 || rank >= world || full.intermediate / world < 1) {
+    throw Error("tensor-parallel shard: rank " + std::to_string(rank) + " of " + std::to_string(world) +
+                " is not a shard of I = " + std::to_string(full.intermediate));
+  }
+  const size_t e = full.num_experts, h = full.hidden, i = full.intermediate;
+  const size_t first = i * rank / world, end = i * (rank + 1) / world;  // own columns
+  const size_t block_first = first / kMxBlock * kMxBlock, block_end = (end + kMxBlock - 1) / kMxBlock * kMxBlock;
+  MoeShape shape = full;
+  shape.intermediate = static_cast<int>(block_end - block_first);
+  const size_t shard_i = shape.intermediate, own = shape.fc1_rows();
+  auto own_column = [&](size_t column) { return column >= first && column < end; };
+
+  auto storage = std::make_shared<SyntheticStorage>();
+  storage->fc1_blocks.assign(e * own * h / 2, 0);
+  storage->fc1_scales.assign(e * own * h / kMxBlock, 0);
+  storage->fc2_blocks.assign(e * h * shard_i / 2, 0);
+  storage->fc2_scales.assign(e * h * shard_i / kMxBlock, 0);
+  MoeLayerWeights shard;
+  shard.shape = shape;
+  shard.router_weight = weights.router_weight;
+  shard.router_bias = weights.router_bias;
+  shard.fc1_bias.assign(e * own, Bf16{});
+  shard.fc2_bias = rank == 0 ? weights.fc2_bias : std::vector<Bf16>(e * h, Bf16{});
+  // FC1: the row pair (glu, linear) of each own column; the other pairs stay zero.
+  const size_t row_bytes = h / 2, row_scales = h / kMxBlock;
+  for (size_t x = 0; x < e; ++x) {
+    for (size_t column = block_first; column < block_end; ++column) {
+      if (!own_column(column)) continue;
+      for (size_t half = 0; half < 2; ++half) {
+        const size_t from = x * 2 * i + 2 * column + half, to = x * own + 2 * (column - block_first) + half;
+        std::copy_n(weights.fc1_blocks.begin() + from * row_bytes, row_bytes,
+                    storage->fc1_blocks.begin() + to * row_bytes);
+        std::copy_n(weights.fc1_scales.begin() + from * row_scales, row_scales,
+                    storage->fc1_scales.begin() + to * row_scales);
+        shard.fc1_bias[to] = weights.fc1_bias[from];
+      }
+    }
+  }
+  // FC2: each row's blocks over the shard's columns, the codes of columns not its own zeroed.
+  for (size_t row = 0; row < e * h; ++row) {
+    for (size_t column = block_first; column < block_end; ++column) {
+      if (column % kMxBlock == 0) {
+        storage->fc2_scales[row * (shard_i / kMxBlock) + (column - block_first) / kMxBlock] =
+            weights.fc2_scales[row * (i / kMxBlock) + column / kMxBlock];
+      }
+      if (!own_column(column)) continue;
+      const uint8_t byte = weights.fc2_blocks[row * (i / 2) + column / 2];
+      const uint8_t code = column % 2 ? byte >> 4 : byte & 0x0F;
+      storage->fc2_blocks[row * (shard_i / 2) + (column - block_first) / 2] |=
+          static_cast<uint8_t>(code << (4 * (column % 2)));
+    }
+  }
+  shard.fc1_blocks = storage->fc1_blocks;
+  shard.fc1_scales = storage->fc1_scales;
+  shard.fc2_blocks = storage->fc2_blocks;
+  shard.fc2_scales = storage->fc2_scales;
+  shard.storage = std::move(storage);
+  shard.validate();
+  return shard;
+}
+
 MoeLayerWeights make_synthetic_layer(const MoeShape& shape, uint64_t seed) {
   shape.validate();
   const size_t e = shape.num_experts, h = shape.hidden, i = shape.intermediate, rows1 = shape.fc1_rows();
