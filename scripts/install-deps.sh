@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what mxmoe's build needs and a fresh Debian/Ubuntu machine may lack: CMake, Ninja, g++,
-# GoogleTest and nlohmann-json, from the distribution's packages. The CUDA toolkit (nvcc 13 with
-# NVRTC and cuBLAS) is not installed here: it must already be under /usr/local/cuda or on PATH.
+# GoogleTest, nlohmann-json, and Python 3 with venv, from the distribution's packages. The CUDA
+# toolkit (nvcc 13 with NVRTC and cuBLAS) is not installed here: it must already be under
+# /usr/local/cuda or on PATH.
 set -euo pipefail
 
 need=()
@@ -11,6 +12,9 @@ command -v g++ >/dev/null 2>&1 || need+=(g++)
 for pkg in libgtest-dev nlohmann-json3-dev; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
+# The Python package's build and tests run in a virtual environment (pip fetches the rest from PyPI).
+command -v python3 >/dev/null 2>&1 || need+=(python3)
+python3 -c "import venv, ensurepip" >/dev/null 2>&1 || need+=(python3-venv)
 
 if ((${#need[@]})); then
   if ! command -v apt-get >/dev/null 2>&1; then

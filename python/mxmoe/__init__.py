@@ -1,0 +1,324 @@
+"""mxmoe: the mixture-of-experts layer of MXFP4 models (gpt-oss) on NVIDIA GPUs, and its CPU reference.
+
+Weights come from a gpt-oss checkpoint, from one layer's tensors (Hugging Face or openai names, MXFP4
+or dense bf16 experts), or are synthetic; they are repacked once by the layer built from them.
+
+    import mxmoe
+    weights = mxmoe.load_checkpoint("gpt-oss-20b/original", layer=3)
+    layer = mxmoe.CpuLayer(weights)              # NumPy, no GPU needed
+    y = layer(x)                                 # x [T, H]: float32, float16, or uint16 bf16 bits
+    y = mxmoe.experts(x, topk_ids, topk_weights, layer)   # routing done by the caller
+
+On a GPU, through PyTorch: `import mxmoe.torch` (mxmoe/torch.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from . import _mxmoe
+from ._mxmoe import Error
+
+__version__ = "0.1.0"
+__all__ = [
+    "Error",
+    "Shape",
+    "Weights",
+    "CpuLayer",
+    "load_checkpoint",
+    "weights_from_tensors",
+    "synthetic_weights",
+    "experts",
+]
+
+
+class Shape(NamedTuple):
+    num_experts: int
+    top_k: int
+    hidden: int
+    intermediate: int
+
+
+class Weights:
+    """One MoE layer's weights with MXFP4 experts, held on the host."""
+
+    def __init__(self, core: _mxmoe.Weights):
+        self._core = core
+
+    @property
+    def shape(self) -> Shape:
+        return Shape(*self._core.shape)
+
+    def tensor_parallel_shard(self, rank: int, world: int) -> Weights:
+        """Rank `rank` of `world` tensor-parallel shards: a slice of the intermediate dimension (its
+        gate/up rows and FC2 columns, widened to whole 32-column scale blocks with zeros outside its
+        own columns), FC2's bias on rank 0 only. The shards' outputs sum to the layer's."""
+        _check_int("rank", rank)
+        _check_int("world", world)
+        if world < 1 or not 0 <= rank < world:
+            raise ValueError(f"rank: expected 0 <= rank < world, got rank {rank} of world {world}")
+        return Weights(self._core.tensor_parallel_shard(rank, world))
+
+    def __repr__(self) -> str:
+        s = self.shape
+        return f"mxmoe.Weights(E={s.num_experts}, k={s.top_k}, H={s.hidden}, I={s.intermediate})"
+
+
+def load_checkpoint(path: str, layer: int = 0, *, scheme: str | None = None,
+                    quantize_bf16_experts: bool = False) -> Weights:
+    """Layer `layer` of a gpt-oss checkpoint: a .safetensors file, a directory with
+    model.safetensors.index.json, or a directory of .safetensors files; openai (block.N.mlp.*) or
+    Hugging Face (model.layers.N.mlp.*) names. `scheme` ("openai" or "hf") chooses where a checkpoint
+    holds both; `quantize_bf16_experts` quantises a dequantised save's bf16 experts to MXFP4."""
+    _check_int("layer", layer)
+    if scheme not in (None, "openai", "hf"):
+        raise ValueError(f"scheme: expected 'openai', 'hf' or None, got {scheme!r}")
+    return Weights(_mxmoe.load_checkpoint(str(path), layer, scheme, bool(quantize_bf16_experts)))
+
+
+def synthetic_weights(num_experts: int, top_k: int, hidden: int, intermediate: int, seed: int = 0) -> Weights:
+    """Seeded random MXFP4 weights (what `mxmoe make-checkpoint --seed` writes for a layer)."""
+    for name, value in (("num_experts", num_experts), ("top_k", top_k), ("hidden", hidden),
+                        ("intermediate", intermediate), ("seed", seed)):
+        _check_int(name, value)
+    return Weights(_mxmoe.synthetic_weights(num_experts, top_k, hidden, intermediate, seed))
+
+
+# One layer's tensors by the end of their names, in each naming scheme.
+_HF_NAMES = {
+    "router_weight": "router.weight", "router_bias": "router.bias",
+    "fc1_blocks": "experts.gate_up_proj_blocks", "fc1_scales": "experts.gate_up_proj_scales",
+    "fc1_bias": "experts.gate_up_proj_bias", "fc2_blocks": "experts.down_proj_blocks",
+    "fc2_scales": "experts.down_proj_scales", "fc2_bias": "experts.down_proj_bias",
+}
+_OPENAI_NAMES = {
+    "router_weight": "gate.weight", "router_bias": "gate.bias",
+    "fc1_blocks": "mlp1_weight.blocks", "fc1_scales": "mlp1_weight.scales", "fc1_bias": "mlp1_bias",
+    "fc2_blocks": "mlp2_weight.blocks", "fc2_scales": "mlp2_weight.scales", "fc2_bias": "mlp2_bias",
+}
+_DENSE_NAMES = {
+    "router_weight": "router.weight", "router_bias": "router.bias",
+    "gate_up": "experts.gate_up_proj", "gate_up_bias": "experts.gate_up_proj_bias",
+    "down": "experts.down_proj", "down_bias": "experts.down_proj_bias",
+}
+
+
+def weights_from_tensors(tensors: Mapping[str, Any], *, top_k: int = 4) -> Weights:
+    """One layer's weights from its tensors (NumPy arrays or CPU torch tensors), named as in a
+    checkpoint, with or without their layer prefix:
+      Hugging Face  router.weight/bias, experts.gate_up_proj_blocks/_scales/_bias,
+                    experts.down_proj_blocks/_scales/_bias (MXFP4: uint8 blocks and E8M0 scales)
+      openai        gate.weight/bias, mlp1_weight.blocks/.scales, mlp1_bias, mlp2_weight.blocks/.scales, mlp2_bias
+      dense bf16    router.weight/bias, experts.gate_up_proj [E, H, 2I], experts.gate_up_proj_bias,
+                    experts.down_proj [E, I, H], experts.down_proj_bias (transformers' GptOssExperts),
+                    quantised to MXFP4 here (losslessly for weights that were MXFP4)
+    Router weights and biases may be bf16, float16 or float32 (rounded to bf16)."""
+    _check_int("top_k", top_k)
+    if not isinstance(tensors, Mapping):
+        raise TypeError(f"tensors: expected a mapping of names to arrays, got {type(tensors).__name__}")
+    for scheme, names in (("hf", _HF_NAMES), ("openai", _OPENAI_NAMES)):
+        if _find(tensors, names["fc1_blocks"], required=False) is not None:
+            return _mxfp4_weights(tensors, names, top_k)
+    if _find(tensors, _DENSE_NAMES["gate_up"], required=False) is not None:
+        return _dense_weights(tensors, top_k)
+    raise ValueError("tensors: no MoE expert tensors (looked for names ending in "
+                     f"'{_HF_NAMES['fc1_blocks']}', '{_OPENAI_NAMES['fc1_blocks']}' or '{_DENSE_NAMES['gate_up']}')")
+
+
+def _mxfp4_weights(tensors, names, top_k) -> Weights:
+    a = {key: _find(tensors, suffix) for key, suffix in names.items()}
+    fc1_blocks = _as_uint8(a["fc1_blocks"], names["fc1_blocks"])
+    if fc1_blocks.ndim != 4 or fc1_blocks.shape[3] != 16 or fc1_blocks.shape[1] % 2:
+        raise ValueError(f"{names['fc1_blocks']}: expected [E, 2I, H/32, 16] uint8, got {list(fc1_blocks.shape)}")
+    e, rows1, h_blocks, _ = fc1_blocks.shape
+    h, i = 32 * h_blocks, rows1 // 2
+    expected = {
+        "router_weight": (e, h), "router_bias": (e,), "fc1_scales": (e, rows1, h_blocks), "fc1_bias": (e, rows1),
+        "fc2_blocks": (e, h, i // 32, 16), "fc2_scales": (e, h, i // 32), "fc2_bias": (e, h),
+    }
+    arrays = {"fc1_blocks": fc1_blocks}
+    for key, shape in expected.items():
+        convert = _as_uint8 if key.endswith(("_blocks", "_scales")) else _as_bf16_bits
+        arrays[key] = _expect_shape(convert(a[key], names[key]), shape, names[key])
+    _check_top_k(top_k, e)
+    return Weights(_mxmoe.weights_from_mxfp4(top_k=top_k, **arrays))
+
+
+def _dense_weights(tensors, top_k) -> Weights:
+    names = _DENSE_NAMES
+    gate_up = _as_bf16_bits(_find(tensors, names["gate_up"]), names["gate_up"])
+    if gate_up.ndim != 3 or gate_up.shape[2] % 2:
+        raise ValueError(f"{names['gate_up']}: expected [E, H, 2I], got {list(gate_up.shape)}")
+    e, h, rows1 = gate_up.shape
+    expected = {"router_weight": (e, h), "router_bias": (e,), "gate_up_bias": (e, rows1),
+                "down": (e, rows1 // 2, h), "down_bias": (e, h)}
+    arrays = {"gate_up": gate_up}
+    for key, shape in expected.items():
+        arrays[key] = _expect_shape(_as_bf16_bits(_find(tensors, names[key]), names[key]), shape, names[key])
+    _check_top_k(top_k, e)
+    return Weights(_mxmoe.weights_from_bf16_experts(top_k=top_k, **arrays))
+
+
+class CpuLayer:
+    """The layer on the CPU (mxmoe's float32 reference, threaded), on NumPy arrays.
+
+    Inputs x [T, H]: float32, float64 or float16 (rounded to bf16, as the layer takes bf16), or uint16
+    holding bf16 bits. Outputs: float32 [T, H], every value a bf16 (the layer's output rounding)."""
+
+    def __init__(self, weights: Weights):
+        if not isinstance(weights, Weights):
+            raise TypeError(f"weights: expected mxmoe.Weights, got {type(weights).__name__}")
+        self._weights = weights
+        self.shape = weights.shape
+
+    def __call__(self, x, router_logits=None) -> np.ndarray:
+        """The whole layer: routing (from the layer's router, or from `router_logits` [T, E] float32),
+        the experts and the weighted sum."""
+        core = self._live()
+        bits = self._input(x)
+        logits = None
+        if router_logits is not None:
+            logits = _as_float32(router_logits, "router_logits")
+            _expect_shape(logits, (bits.shape[0], self.shape.num_experts), "router_logits")
+        return _bf16_bits_to_float32(_mxmoe.cpu_forward(core._core, bits, logits))
+
+    def experts(self, x, topk_ids, topk_weights) -> np.ndarray:
+        """The engine form: the experts and the weighted sum for the caller's routing, topk_ids [T, k]
+        (integers in [0, E); k the layer's top-k) and topk_weights [T, k]."""
+        core = self._live()
+        bits = self._input(x)
+        ids, weights = _check_routing(topk_ids, topk_weights, bits.shape[0], self.shape)
+        return _bf16_bits_to_float32(_mxmoe.cpu_experts(core._core, bits, ids, weights))
+
+    def free(self) -> None:
+        """Drops the weights; a later call raises ValueError."""
+        self._weights = None
+
+    def _live(self) -> Weights:
+        if self._weights is None:
+            raise ValueError("layer: this layer was freed")
+        return self._weights
+
+    def _input(self, x) -> np.ndarray:
+        bits = _as_bf16_bits(x, "x")
+        if bits.ndim != 2 or bits.shape[1] != self.shape.hidden or bits.shape[0] < 1:
+            raise ValueError(f"x: expected [T, {self.shape.hidden}] with T >= 1, got {list(bits.shape)}")
+        return bits
+
+
+def experts(x, topk_ids, topk_weights, layer):
+    """The engine form, as vLLM's and SGLang's fused-MoE expert calls take it: `layer`'s experts
+    applied to x [T, H] for the caller's routing (topk_ids [T, k], topk_weights [T, k]), weighted and
+    summed per token. `layer` is an mxmoe.CpuLayer (NumPy) or an mxmoe.torch.MoeLayer (tensors)."""
+    method = getattr(layer, "experts", None)
+    if method is None:
+        raise TypeError(f"layer: expected an mxmoe layer, got {type(layer).__name__}")
+    return method(x, topk_ids, topk_weights)
+
+
+# ---- argument checks and conversions (shared with mxmoe.torch) -------------------------------------
+
+def _check_int(name: str, value) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name}: expected an integer, got {type(value).__name__}")
+
+
+def _check_top_k(top_k: int, num_experts: int) -> None:
+    if not 1 <= top_k <= min(num_experts, 32):
+        raise ValueError(f"top_k: expected 1 <= top_k <= min(E, 32) = {min(num_experts, 32)}, got {top_k}")
+
+
+def _find(tensors, suffix: str, required: bool = True):
+    matches = [name for name in tensors if name == suffix or name.endswith("." + suffix)]
+    if len(matches) > 1:
+        raise ValueError(f"tensors: several tensors end in '{suffix}' ({', '.join(sorted(matches)[:4])}); "
+                         "give one layer's tensors")
+    if not matches:
+        if required:
+            raise ValueError(f"tensors: no tensor named '{suffix}' (with or without a layer prefix)")
+        return None
+    return tensors[matches[0]]
+
+
+def _expect_shape(a: np.ndarray, shape, name: str) -> np.ndarray:
+    if tuple(a.shape) != tuple(shape):
+        raise ValueError(f"{name}: expected shape {list(shape)}, got {list(a.shape)}")
+    return a
+
+
+def _to_numpy(a, name: str) -> np.ndarray:
+    """A host array's values as NumPy (CPU torch tensors included; bf16 ones as their uint16 bits)."""
+    if isinstance(a, np.ndarray):
+        return a
+    module = type(a).__module__
+    if module.startswith("torch"):
+        if a.device.type != "cpu":
+            raise ValueError(f"{name}: expected a CPU tensor or a NumPy array here, got one on {a.device}")
+        if not a.is_contiguous():
+            raise ValueError(f"{name}: expected a contiguous tensor")
+        import torch
+        if a.dtype == torch.bfloat16:
+            return a.view(torch.int16).numpy().view(np.uint16)
+        return a.numpy()
+    try:
+        return np.asarray(a)
+    except Exception as e:  # noqa: BLE001 - any conversion failure is the caller's type
+        raise TypeError(f"{name}: expected an array, got {type(a).__name__}") from e
+
+
+def _as_uint8(a, name: str) -> np.ndarray:
+    arr = _to_numpy(a, name)
+    if arr.dtype != np.uint8:
+        raise TypeError(f"{name}: expected uint8 (packed E2M1 codes or E8M0 scales), got {arr.dtype}")
+    return np.ascontiguousarray(arr)
+
+
+def _as_float32(a, name: str) -> np.ndarray:
+    arr = _to_numpy(a, name)
+    if arr.dtype not in (np.float32, np.float64, np.float16):
+        raise TypeError(f"{name}: expected float32, got {arr.dtype}")
+    return np.ascontiguousarray(arr, dtype=np.float32)
+
+
+def _as_bf16_bits(a, name: str) -> np.ndarray:
+    """bf16 bits (uint16) of an array: bf16 bits kept, ml_dtypes bfloat16 viewed, floats rounded to
+    nearest even."""
+    arr = _to_numpy(a, name)
+    if arr.dtype == np.uint16:
+        return np.ascontiguousarray(arr)
+    if arr.dtype.name == "bfloat16":  # ml_dtypes
+        return np.ascontiguousarray(arr).view(np.uint16)
+    if arr.dtype in (np.float32, np.float64, np.float16):
+        return _float32_to_bf16_bits(np.ascontiguousarray(arr, dtype=np.float32))
+    raise TypeError(f"{name}: expected bf16 (uint16 bits or ml_dtypes.bfloat16), float16 or float32, got {arr.dtype}")
+
+
+def _float32_to_bf16_bits(f: np.ndarray) -> np.ndarray:
+    u = f.view(np.uint32).astype(np.uint64)
+    rounded = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+    nan = np.isnan(f)
+    if nan.any():
+        rounded[nan] = ((u[nan] >> 16) | 0x40).astype(np.uint16)
+    return rounded
+
+
+def _bf16_bits_to_float32(bits: np.ndarray) -> np.ndarray:
+    return (bits.astype(np.uint32) << 16).view(np.float32)
+
+
+def _check_routing(topk_ids, topk_weights, tokens: int, shape: Shape):
+    num_experts = shape.num_experts
+    ids = _to_numpy(topk_ids, "topk_ids")
+    if not np.issubdtype(ids.dtype, np.integer):
+        raise TypeError(f"topk_ids: expected integers, got {ids.dtype}")
+    if ids.shape != (tokens, shape.top_k):
+        raise ValueError(f"topk_ids: expected [{tokens}, {shape.top_k}] (tokens, the layer's top-k), got {list(ids.shape)}")
+    if ids.size and (ids.min() < 0 or ids.max() >= num_experts):
+        raise ValueError(f"topk_ids: expected expert ids in [0, {num_experts}), got values in "
+                         f"[{ids.min()}, {ids.max()}]")
+    weights = _as_float32(topk_weights, "topk_weights")
+    _expect_shape(weights, ids.shape, "topk_weights")
+    return np.ascontiguousarray(ids, dtype=np.int64), weights

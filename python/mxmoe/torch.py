@@ -1,0 +1,116 @@
+"""mxmoe on a GPU through PyTorch: the whole MoE layer as a module, run on the tensor's device and
+PyTorch's current stream, with no host synchronisation, so that it can be captured in a CUDA graph.
+
+    import mxmoe, mxmoe.torch
+    layer = mxmoe.torch.MoeLayer(mxmoe.load_checkpoint(path, layer=3), device="cuda")
+    y = layer(x)                     # x [T, H] bf16 on that device -> y [T, H] bf16
+    y = layer(x, router_logits)      # router_logits [T, E] float32
+
+The call is the custom op torch.ops.mxmoe.layer (with a fake implementation), so torch.compile
+traces a model that uses it (fullgraph too). The extension takes device pointers and a stream handle,
+so it does not depend on the PyTorch version; the workspace comes from PyTorch's allocator, which a
+graph capture gives its own pool.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Optional
+
+import torch
+
+import mxmoe
+from . import _mxmoe
+
+__all__ = ["MoeLayer"]
+
+# Custom ops take tensors and plain values: a layer is passed as its handle, a key of this table.
+_LAYERS: dict[int, "MoeLayer"] = {}
+_HANDLES = itertools.count(1)
+
+
+class MoeLayer(torch.nn.Module):
+    """One MoE layer's weights repacked on a CUDA device, and the layer's forward there."""
+
+    def __init__(self, weights: mxmoe.Weights, device: torch.device | str | int | None = None,
+                 max_tokens: int | None = None):
+        """`max_tokens`, when given, prepares every launch up to that many tokens now (kernels loaded,
+        launch geometry decided), so that no later call, and no graph capture, waits on either."""
+        super().__init__()
+        if not isinstance(weights, mxmoe.Weights):
+            raise TypeError(f"weights: expected mxmoe.Weights, got {type(weights).__name__}")
+        device = torch.device("cuda", torch.cuda.current_device()) if device is None else torch.device(device)
+        if device.type != "cuda":
+            raise ValueError(f"device: expected a CUDA device, got {device}")
+        if device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
+        self.device = device
+        self.shape = weights.shape
+        self._runner = _mxmoe.Runner(weights._core, device.index)
+        self._freed = False  # a Python flag, which torch.compile can trace (the extension's objects it cannot)
+        self._handle = next(_HANDLES)
+        _LAYERS[self._handle] = self
+        if max_tokens is not None:
+            mxmoe._check_int("max_tokens", max_tokens)
+            self._runner.prepare(int(max_tokens))
+
+    def forward(self, x: torch.Tensor, router_logits: Optional[torch.Tensor] = None) -> torch.Tensor:
+        self._check_live()
+        _check_tensor(x, "x", torch.bfloat16, self.device, (None, self.shape.hidden))
+        if router_logits is not None:
+            _check_tensor(router_logits, "router_logits", torch.float32, self.device, (x.shape[0], self.shape.num_experts))
+        return torch.ops.mxmoe.layer(x, router_logits, self._handle)
+
+    def experts(self, x, topk_ids, topk_weights):
+        """The engine form (routing by the caller) is not built for the GPU layer yet."""
+        raise NotImplementedError("mxmoe.torch.MoeLayer has no engine form yet: give the layer router logits "
+                                  "(layer(x, router_logits)), or use mxmoe.CpuLayer's")
+
+    def free(self) -> None:
+        """Frees the layer's device memory now; a later call raises ValueError."""
+        _LAYERS.pop(self._handle, None)
+        self._freed = True
+        self._runner.free()
+
+    def extra_repr(self) -> str:
+        s = self.shape
+        return f"E={s.num_experts}, k={s.top_k}, H={s.hidden}, I={s.intermediate}, device={self.device}"
+
+    def _check_live(self) -> None:
+        if self._freed:
+            raise ValueError("layer: this layer was freed")
+
+
+def _check_tensor(t, name: str, dtype: torch.dtype, device: torch.device, shape) -> None:
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
+    if t.dtype != dtype:
+        raise TypeError(f"{name}: expected {dtype}, got {t.dtype}")
+    if t.device != device:
+        raise ValueError(f"{name}: expected a tensor on {device} (the layer's device), got one on {t.device}")
+    if t.dim() != len(shape) or any(want is not None and got != want for got, want in zip(t.shape, shape)):
+        want = ", ".join("T" if s is None else str(s) for s in shape)
+        raise ValueError(f"{name}: expected shape [{want}], got {list(t.shape)}")
+    if not t.is_contiguous():
+        raise ValueError(f"{name}: expected a contiguous tensor")
+
+
+@torch.library.custom_op("mxmoe::layer", mutates_args=())
+def _layer(x: torch.Tensor, router_logits: Optional[torch.Tensor], handle: int) -> torch.Tensor:
+    layer = _LAYERS.get(handle)
+    if layer is None:
+        raise ValueError("layer: this layer was freed")
+    tokens = x.shape[0]
+    out = torch.empty_like(x)
+    if tokens == 0:
+        return out
+    workspace = torch.empty(layer._runner.workspace_size(tokens), dtype=torch.uint8, device=x.device)
+    stream = torch.cuda.current_stream(x.device).cuda_stream
+    layer._runner.forward(x.data_ptr(), 0 if router_logits is None else router_logits.data_ptr(), out.data_ptr(),
+                          tokens, workspace.data_ptr(), workspace.numel(), stream)
+    return out
+
+
+@_layer.register_fake
+def _(x: torch.Tensor, router_logits: Optional[torch.Tensor], handle: int) -> torch.Tensor:
+    return torch.empty_like(x)

@@ -1,0 +1,226 @@
+// The Python extension: mxmoe's weights, its CPU layer on NumPy arrays, and its GPU runner driven
+// by raw device pointers and a CUDA stream handle, so that one build serves any PyTorch version
+// (python/mxmoe/torch.py does the tensor side). Arrays cross as NumPy arrays, bf16 as uint16 bits;
+// python/mxmoe/__init__.py checks every argument before it gets here.
+#include <cuda_runtime.h>
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+
+#include <cstring>
+#include <memory>
+
+#include "mxmoe/checkpoint.hpp"
+#include "mxmoe/device.hpp"
+#include "mxmoe/error.hpp"
+#include "mxmoe/reference.hpp"
+#include "mxmoe/runner.hpp"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace mxmoe {
+namespace {
+
+// Host arrays of a fixed rank (nanobind raises TypeError for another dtype or rank).
+template <typename T, size_t kRank = 2>
+using HostArray = nb::ndarray<const T, nb::ndim<kRank>, nb::c_contig, nb::device::cpu>;
+template <size_t kRank = 2>
+using Bf16Array = HostArray<uint16_t, kRank>;
+
+// One layer's weights, shared by the layers built from them.
+struct Weights {
+  std::shared_ptr<const MoeLayerWeights> w;
+  nb::tuple shape() const {
+    const MoeShape& s = w->shape;
+    return nb::make_tuple(s.num_experts, s.top_k, s.hidden, s.intermediate);
+  }
+};
+
+template <typename Array>
+std::vector<Bf16> bf16_vector(const Array& a) {
+  std::vector<Bf16> v(a.size());
+  std::memcpy(v.data(), a.data(), a.size() * 2);
+  return v;
+}
+
+// A copy of a uint8 array, kept alive with the weights.
+template <typename Array>
+std::span<const uint8_t> keep(std::vector<std::shared_ptr<std::vector<uint8_t>>>& storage, const Array& a) {
+  storage.push_back(std::make_shared<std::vector<uint8_t>>(a.data(), a.data() + a.size()));
+  return *storage.back();
+}
+
+Weights from_mxfp4_arrays(const Bf16Array<2>& router_weight, const Bf16Array<1>& router_bias,
+                          const HostArray<uint8_t, 4>& fc1_blocks, const HostArray<uint8_t, 3>& fc1_scales,
+                          const Bf16Array<2>& fc1_bias, const HostArray<uint8_t, 4>& fc2_blocks,
+                          const HostArray<uint8_t, 3>& fc2_scales, const Bf16Array<2>& fc2_bias, int top_k) {
+  auto w = std::make_shared<MoeLayerWeights>();
+  w->shape = MoeShape{static_cast<int>(fc1_blocks.shape(0)), top_k, static_cast<int>(fc1_blocks.shape(2) * 32),
+                      static_cast<int>(fc1_blocks.shape(1) / 2), 1};
+  auto storage = std::make_shared<std::vector<std::shared_ptr<std::vector<uint8_t>>>>();
+  w->router_weight = bf16_vector(router_weight);
+  w->router_bias = bf16_vector(router_bias);
+  w->fc1_bias = bf16_vector(fc1_bias);
+  w->fc2_bias = bf16_vector(fc2_bias);
+  w->fc1_blocks = keep(*storage, fc1_blocks);
+  w->fc1_scales = keep(*storage, fc1_scales);
+  w->fc2_blocks = keep(*storage, fc2_blocks);
+  w->fc2_scales = keep(*storage, fc2_scales);
+  w->storage = storage;
+  w->validate();
+  return {w};
+}
+
+Weights from_bf16_experts(const Bf16Array<2>& router_weight, const Bf16Array<1>& router_bias,
+                          const Bf16Array<3>& gate_up, const Bf16Array<2>& gate_up_bias, const Bf16Array<3>& down,
+                          const Bf16Array<2>& down_bias, int top_k) {
+  const MoeShape shape{static_cast<int>(gate_up.shape(0)), top_k, static_cast<int>(gate_up.shape(1)),
+                       static_cast<int>(gate_up.shape(2) / 2), 1};
+  const std::vector<Bf16> gate_up_v = bf16_vector(gate_up), down_v = bf16_vector(down);
+  return {std::make_shared<MoeLayerWeights>(quantize_bf16_experts(shape, bf16_vector(router_weight),
+                                                                  bf16_vector(router_bias), gate_up_v,
+                                                                  bf16_vector(gate_up_bias), down_v,
+                                                                  bf16_vector(down_bias)))};
+}
+
+Weights load_checkpoint(const std::string& path, int layer, std::optional<std::string> scheme, bool quantize) {
+  LoadOptions options;
+  if (scheme) options.scheme = parse_scheme(*scheme);
+  options.quantize_bf16_experts = quantize;
+  return {std::make_shared<MoeLayerWeights>(load_gpt_oss_layer(Checkpoint::open(path), layer, options).weights)};
+}
+
+// A new NumPy array of bf16 bits [rows, cols] holding `values`.
+nb::ndarray<nb::numpy, uint16_t, nb::ndim<2>> bf16_result(std::vector<Bf16> values, size_t rows, size_t cols) {
+  auto* owned = new std::vector<Bf16>(std::move(values));
+  nb::capsule owner(owned, [](void* p) noexcept { delete static_cast<std::vector<Bf16>*>(p); });
+  return {reinterpret_cast<uint16_t*>(owned->data()), {rows, cols}, owner};
+}
+
+auto cpu_forward(const Weights& weights, const Bf16Array<2>& x, std::optional<HostArray<float>> router_logits) {
+  const int tokens = static_cast<int>(x.shape(0));
+  const std::vector<Bf16> input = bf16_vector(x);
+  ReferenceResult r;
+  {
+    nb::gil_scoped_release release;
+    r = router_logits ? reference_forward_from_logits(*weights.w, input, tokens,
+                                                      std::span(router_logits->data(), router_logits->size()))
+                      : reference_forward(*weights.w, input, tokens);
+  }
+  return bf16_result(std::move(r.out_bf16), x.shape(0), x.shape(1));
+}
+
+// The engine form on the CPU: the caller's top-k (ids already checked to be in [0, E)).
+auto cpu_experts(const Weights& weights, const Bf16Array<2>& x, const HostArray<int64_t>& topk_ids,
+                 const HostArray<float>& topk_weights) {
+  Routing routing;
+  routing.num_tokens = static_cast<int>(x.shape(0));
+  routing.top_k = static_cast<int>(topk_ids.shape(1));
+  routing.experts.assign(topk_ids.data(), topk_ids.data() + topk_ids.size());
+  routing.weights.assign(topk_weights.data(), topk_weights.data() + topk_weights.size());
+  const std::vector<Bf16> input = bf16_vector(x);
+  ReferenceResult r;
+  {
+    nb::gil_scoped_release release;
+    r = reference_forward_routed(*weights.w, input, std::move(routing));
+  }
+  return bf16_result(std::move(r.out_bf16), x.shape(0), x.shape(1));
+}
+
+// The GPU layer on one device: owns the repacked weights there until free() or collection.
+class Runner {
+ public:
+  Runner(const Weights& weights, int device) : device_(device) {
+    if (device < 0 || device >= static_cast<int>(list_gpus().size())) {
+      throw Error("device " + std::to_string(device) + ": no such CUDA device (" + std::to_string(list_gpus().size()) +
+                  " visible)");
+    }
+    DeviceScope scope(device_);
+    runner_ = std::make_unique<MoeRunner>(*weights.w);
+  }
+  int device() const { return device_; }
+  bool freed() const { return !runner_; }
+  void free() {
+    if (!runner_) return;
+    DeviceScope scope(device_);
+    runner_.reset();
+  }
+  size_t workspace_size(int tokens) const { return live().workspace_size(tokens); }
+  void prepare(int tokens) const {
+    DeviceScope scope(device_);
+    live().prepare(tokens);
+  }
+  // Pointers are device addresses on this runner's device; `logits` 0 computes the router logits.
+  void forward(uintptr_t x, uintptr_t logits, uintptr_t out, int tokens, uintptr_t workspace, size_t workspace_bytes,
+               uintptr_t stream) const {
+    DeviceScope scope(device_);
+    const auto* xp = reinterpret_cast<const __nv_bfloat16*>(x);
+    auto* op = reinterpret_cast<__nv_bfloat16*>(out);
+    auto* s = reinterpret_cast<cudaStream_t>(stream);
+    if (logits) {
+      live().forward(xp, reinterpret_cast<const float*>(logits), op, tokens, reinterpret_cast<void*>(workspace),
+                     workspace_bytes, s);
+    } else {
+      live().forward(xp, op, tokens, reinterpret_cast<void*>(workspace), workspace_bytes, s);
+    }
+  }
+
+ private:
+  // Makes `device` current for a call and restores the caller's device after it.
+  struct DeviceScope {
+    int previous = 0;
+    explicit DeviceScope(int device) {
+      cudaGetDevice(&previous);
+      if (previous != device) cudaSetDevice(device);
+    }
+    ~DeviceScope() { cudaSetDevice(previous); }
+  };
+  const MoeRunner& live() const {
+    if (!runner_) throw Error("this layer was freed");
+    return *runner_;
+  }
+  int device_;
+  std::unique_ptr<MoeRunner> runner_;
+};
+
+}  // namespace
+}  // namespace mxmoe
+
+NB_MODULE(_mxmoe, m) {
+  using namespace mxmoe;
+  m.doc() = "mxmoe's C++ core; use the mxmoe package, which checks arguments before calling these.";
+  nb::exception<Error>(m, "Error", PyExc_RuntimeError);
+  nb::class_<Weights>(m, "Weights")
+      .def_prop_ro("shape", &Weights::shape, "(num_experts, top_k, hidden, intermediate)")
+      .def("tensor_parallel_shard",
+           [](const Weights& w, int rank, int world) {
+             return Weights{std::make_shared<MoeLayerWeights>(tensor_parallel_shard(*w.w, rank, world))};
+           },
+           "rank"_a, "world"_a);
+  m.def("load_checkpoint", &load_checkpoint, "path"_a, "layer"_a, "scheme"_a.none(), "quantize_bf16_experts"_a);
+  m.def("weights_from_mxfp4", &from_mxfp4_arrays, "router_weight"_a, "router_bias"_a, "fc1_blocks"_a, "fc1_scales"_a,
+        "fc1_bias"_a, "fc2_blocks"_a, "fc2_scales"_a, "fc2_bias"_a, "top_k"_a);
+  m.def("weights_from_bf16_experts", &from_bf16_experts, "router_weight"_a, "router_bias"_a, "gate_up"_a,
+        "gate_up_bias"_a, "down"_a, "down_bias"_a, "top_k"_a);
+  m.def("synthetic_weights",
+        [](int experts, int top_k, int hidden, int intermediate, uint64_t seed) {
+          return Weights{std::make_shared<MoeLayerWeights>(
+              make_synthetic_layer(MoeShape{experts, top_k, hidden, intermediate, 1}, seed))};
+        },
+        "num_experts"_a, "top_k"_a, "hidden"_a, "intermediate"_a, "seed"_a);
+  m.def("cpu_forward", &cpu_forward, "weights"_a, "x"_a, "router_logits"_a.none());
+  m.def("cpu_experts", &cpu_experts, "weights"_a, "x"_a, "topk_ids"_a, "topk_weights"_a);
+  m.def("gpu_count", [] { return static_cast<int>(list_gpus().size()); });
+  nb::class_<Runner>(m, "Runner")
+      .def(nb::init<const Weights&, int>(), "weights"_a, "device"_a)
+      .def_prop_ro("device", &Runner::device)
+      .def_prop_ro("freed", &Runner::freed)
+      .def("free", &Runner::free)
+      .def("workspace_size", &Runner::workspace_size, "tokens"_a)
+      .def("prepare", &Runner::prepare, "tokens"_a)
+      .def("forward", &Runner::forward, "x"_a, "router_logits"_a, "out"_a, "tokens"_a, "workspace"_a,
+           "workspace_bytes"_a, "stream"_a);
+}
