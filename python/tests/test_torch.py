@@ -90,6 +90,23 @@ def test_custom_op_passes_opcheck(weights):
     torch.library.opcheck(torch.ops.mxmoe.layer.default, (x, None, layer._handle))
 
 
+@pytest.mark.parametrize("experts", [32, 128], ids=["gpt-oss-20b", "gpt-oss-120b"])
+def test_tensor_parallel_shards_sum_to_the_layer(experts):
+    t = oracle.random_layer(np.random.default_rng(experts), experts, 2880, 2880)
+    weights = mxmoe.weights_from_tensors(t, top_k=4)
+    x = to_bf16(np.random.default_rng(1).normal(size=(64, 2880)))
+    full = mxmoe.torch.MoeLayer(weights)(x).float()
+    for world in (2, 4, 8):
+        total = torch.zeros_like(full)
+        for rank in range(world):
+            shard = mxmoe.torch.MoeLayer(weights.tensor_parallel_shard(rank, world))
+            total += shard(x).float()
+            shard.free()
+        error = (torch.linalg.norm(total - full) / torch.linalg.norm(full)).item()
+        print(f"E={experts} tp={world}: summed bf16 shard outputs against the layer {error:.2e}")
+        assert error < 5e-3, f"tp={world}"
+
+
 def test_bad_input_names_the_argument(weights):
     layer = mxmoe.torch.MoeLayer(weights)
     x = to_bf16(np.zeros((4, 256), np.float32))

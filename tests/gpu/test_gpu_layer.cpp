@@ -169,6 +169,11 @@ std::vector<LayerCase> layer_cases() {
     cases.push_back({"gpt_oss_120b", model_shape("gpt-oss-120b"), t});
   }
   for (int t : {1, 7, 33}) cases.push_back({"odd_E5_k3_H96_I160", MoeShape{5, 3, 96, 160, 1}, t});
+  // Tensor-parallel shards of gpt-oss-20b (tensor_parallel_shard): I = 1440 over 2 ranks; 720 over 4
+  // and 360 over 8 are no whole number of 32-wide scale blocks, so those shards hold 736 and 384.
+  for (int t : {1, 64}) cases.push_back({"tp2_E32_k4_H2880_I1440", MoeShape{32, 4, 2880, 1440, 1}, t});
+  for (int t : {9, 300}) cases.push_back({"tp4_E32_k4_H2880_I736", MoeShape{32, 4, 2880, 736, 1}, t});
+  for (int t : {1, 9, 100}) cases.push_back({"tp8_E32_k4_H2880_I384", MoeShape{32, 4, 2880, 384, 1}, t});
   // The top-k holds 1, 2, 4 or 8 logits per lane in registers by E (E5, E48, gpt-oss-120b's 128,
   // E300); past 256 experts it rereads the rest.
   for (int t : {1, 9}) cases.push_back({"many_E300_k4_H64_I96", MoeShape{300, 4, 64, 96, 1}, t});
