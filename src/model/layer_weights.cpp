@@ -26,9 +26,18 @@ int synthetic_scale_exponent(int k, double input_power, double target_std) {
   return static_cast<int>(std::lround(std::log2(target_std / unit_scale_std)));
 }
 
-// Owned expert tensors (synthetic or quantised here).
-struct SyntheticStorage {
+// Expert tensors that the weights own (synthetic, quantised or sharded here).
+struct OwnedExperts {
   std::vector<uint8_t> fc1_blocks, fc1_scales, fc2_blocks, fc2_scales;
+
+  // Points the weights' expert views at these tensors and makes the weights keep them alive.
+  static void attach(std::shared_ptr<OwnedExperts> experts, MoeLayerWeights& w) {
+    w.fc1_blocks = experts->fc1_blocks;
+    w.fc1_scales = experts->fc1_scales;
+    w.fc2_blocks = experts->fc2_blocks;
+    w.fc2_scales = experts->fc2_scales;
+    w.storage = std::move(experts);
+  }
 };
 
 // Fills one expert's blocks with uniform codes and its scales with base_exponent + {-1, 0, +1}.
@@ -73,7 +82,7 @@ MoeLayerWeights quantize_bf16_experts(const MoeShape& shape, std::vector<Bf16> r
   const size_t e = shape.num_experts, h = shape.hidden, i = shape.intermediate, rows1 = shape.fc1_rows();
   check_size("gate_up", gate_up.size(), e * h * rows1, shape);
   check_size("down", down.size(), e * i * h, shape);
-  auto storage = std::make_shared<SyntheticStorage>();
+  auto storage = std::make_shared<OwnedExperts>();
   storage->fc1_blocks.resize(e * rows1 * h / 2);
   storage->fc1_scales.resize(e * rows1 * h / kMxBlock);
   storage->fc2_blocks.resize(e * h * i / 2);
@@ -110,11 +119,7 @@ MoeLayerWeights quantize_bf16_experts(const MoeShape& shape, std::vector<Bf16> r
   w.router_bias = std::move(router_bias);
   w.fc1_bias = std::move(gate_up_bias);
   w.fc2_bias = std::move(down_bias);
-  w.fc1_blocks = storage->fc1_blocks;
-  w.fc1_scales = storage->fc1_scales;
-  w.fc2_blocks = storage->fc2_blocks;
-  w.fc2_scales = storage->fc2_scales;
-  w.storage = std::move(storage);
+  OwnedExperts::attach(std::move(storage), w);
   w.validate();
   return w;
 }
@@ -134,7 +139,7 @@ MoeLayerWeights tensor_parallel_shard(const MoeLayerWeights& weights, int rank, 
   const size_t shard_i = shape.intermediate, own = shape.fc1_rows();
   auto own_column = [&](size_t column) { return column >= first && column < end; };
 
-  auto storage = std::make_shared<SyntheticStorage>();
+  auto storage = std::make_shared<OwnedExperts>();
   storage->fc1_blocks.assign(e * own * h / 2, 0);
   storage->fc1_scales.assign(e * own * h / kMxBlock, 0);
   storage->fc2_blocks.assign(e * h * shard_i / 2, 0);
@@ -174,11 +179,7 @@ MoeLayerWeights tensor_parallel_shard(const MoeLayerWeights& weights, int rank, 
           static_cast<uint8_t>(code << (4 * (column % 2)));
     }
   }
-  shard.fc1_blocks = storage->fc1_blocks;
-  shard.fc1_scales = storage->fc1_scales;
-  shard.fc2_blocks = storage->fc2_blocks;
-  shard.fc2_scales = storage->fc2_scales;
-  shard.storage = std::move(storage);
+  OwnedExperts::attach(std::move(storage), shard);
   shard.validate();
   return shard;
 }
@@ -186,7 +187,7 @@ MoeLayerWeights tensor_parallel_shard(const MoeLayerWeights& weights, int rank, 
 MoeLayerWeights make_synthetic_layer(const MoeShape& shape, uint64_t seed) {
   shape.validate();
   const size_t e = shape.num_experts, h = shape.hidden, i = shape.intermediate, rows1 = shape.fc1_rows();
-  auto storage = std::make_shared<SyntheticStorage>();
+  auto storage = std::make_shared<OwnedExperts>();
   storage->fc1_blocks.resize(e * rows1 * h / 2);
   storage->fc1_scales.resize(e * rows1 * h / kMxBlock);
   storage->fc2_blocks.resize(e * h * i / 2);
@@ -216,11 +217,7 @@ MoeLayerWeights make_synthetic_layer(const MoeShape& shape, uint64_t seed) {
   w.router_bias = normal_bf16(e, 0.1, derive_seed(seed, 2 * e + 1));
   w.fc1_bias = normal_bf16(e * rows1, 0.5, derive_seed(seed, 2 * e + 2));
   w.fc2_bias = normal_bf16(e * h, 0.1, derive_seed(seed, 2 * e + 3));
-  w.fc1_blocks = storage->fc1_blocks;
-  w.fc1_scales = storage->fc1_scales;
-  w.fc2_blocks = storage->fc2_blocks;
-  w.fc2_scales = storage->fc2_scales;
-  w.storage = std::move(storage);
+  OwnedExperts::attach(std::move(storage), w);
   return w;
 }
 
