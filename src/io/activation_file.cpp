@@ -14,10 +14,6 @@
 namespace mxmoe {
 namespace {
 
-bool ends_with(const std::string& s, std::string_view suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 float half_to_float(uint16_t h) {
   const int sign = h >> 15, exponent = (h >> 10) & 31, mantissa = h & 1023;
   float magnitude;
@@ -159,19 +155,19 @@ ActivationInput read_npy_input(const std::string& path, int hidden) {
 }  // namespace
 
 ActivationInput read_activations(const std::string& path, int hidden, int num_experts) {
-  if (ends_with(path, ".safetensors")) return read_safetensors_input(path, hidden, num_experts);
-  if (ends_with(path, ".npy")) return read_npy_input(path, hidden);
+  if (path.ends_with(".safetensors")) return read_safetensors_input(path, hidden, num_experts);
+  if (path.ends_with(".npy")) return read_npy_input(path, hidden);
   throw Error(printable(path) + ": expected a .safetensors or .npy file");
 }
 
 void write_output(const std::string& path, std::span<const Bf16> y, int num_tokens, int hidden) {
-  if (ends_with(path, ".safetensors")) {
+  if (path.ends_with(".safetensors")) {
     const TensorToWrite tensor{"y", Dtype::kBF16, {num_tokens, hidden},
                                {reinterpret_cast<const uint8_t*>(y.data()), y.size() * 2}};
     write_safetensors(path, std::span(&tensor, 1));
     return;
   }
-  if (!ends_with(path, ".npy")) throw Error(printable(path) + ": expected a .safetensors or .npy output file");
+  if (!path.ends_with(".npy")) throw Error(printable(path) + ": expected a .safetensors or .npy output file");
   std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (" + std::to_string(num_tokens) + ", " +
                        std::to_string(hidden) + "), }";
   header.append(63 - (10 + header.size()) % 64, ' ').push_back('\n');  // data 64-byte aligned, as numpy writes

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "common/printable.hpp"
+#include "io/json_text.hpp"
 #include "mxmoe/checkpoint.hpp"
 #include "mxmoe/error.hpp"
 #include "mxmoe/moe_shape.hpp"
@@ -18,8 +19,6 @@ using Json = nlohmann::json;
 
 constexpr const char* kIndexName = "model.safetensors.index.json";
 
-// A JSON value from the file, as error messages quote it: ASCII only, control characters escaped.
-std::string json_text(const Json& value) { return value.dump(-1, ' ', true, Json::error_handler_t::replace); }
 
 Json read_json(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);

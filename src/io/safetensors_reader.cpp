@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/printable.hpp"
+#include "io/json_text.hpp"
 #include "mxmoe/error.hpp"
 #include "mxmoe/safetensors.hpp"
 
@@ -37,8 +38,6 @@ constexpr uint64_t kMaxTensorBytes = 1ull << 50;
 
 using Json = nlohmann::json;
 
-// A JSON value from the file, as error messages quote it: ASCII only, control characters escaped.
-std::string json_text(const Json& value) { return value.dump(-1, ' ', true, Json::error_handler_t::replace); }
 
 TensorInfo parse_entry(const std::string& path, const std::string& name, const Json& entry,
                        const uint8_t* data, uint64_t data_bytes) {
