@@ -4,6 +4,9 @@
 //   fc1_blocks [E, 2I, H/32, 16] uint8 (E2M1 pairs, low nibble = even element along H)
 //   fc1_scales [E, 2I, H/32] uint8 (E8M0), fc1_bias [E, 2I] bf16; rows alternate glu, linear
 //   fc2_blocks [E, H, I/32, 16] uint8, fc2_scales [E, H, I/32] uint8, fc2_bias [E, H] bf16
+// An expert-parallel shard holds E of the layer's R experts (expert_parallel_shard): its router is
+// the whole layer's, [R, H], so the routing picks among all R, and pairs routed to experts it does
+// not hold contribute nothing.
 // The large uint8 tensors are views: `storage` keeps alive whatever they point into (host vectors
 // for synthetic weights, mapped files for a checkpoint), so a 1.6 GB gpt-oss-120b layer is never
 // copied on load.
@@ -30,8 +33,17 @@ struct MoeLayerWeights {
   std::span<const uint8_t> fc2_blocks;
   std::span<const uint8_t> fc2_scales;
   std::shared_ptr<const void> storage;
+  // An expert-parallel shard's local expert e is the layer's expert global_experts[e], of
+  // routed_experts. A whole layer: empty and 0.
+  std::vector<int32_t> global_experts;
+  int routed_experts = 0;
 
-  // Throws Error naming the first tensor whose size disagrees with `shape`.
+  // The experts the routing picks among: the layer's (R), which a shard's router scores.
+  int num_routed_experts() const { return global_experts.empty() ? shape.num_experts : routed_experts; }
+  // [num_routed_experts()]: each routed expert's local expert, -1 where this shard does not hold it.
+  std::vector<int32_t> local_experts() const;
+
+  // Throws Error naming the first tensor whose size disagrees with `shape`, or a bad expert list.
   void validate() const;
 };
 
@@ -55,6 +67,14 @@ MoeLayerWeights quantize_bf16_experts(const MoeShape& shape, std::vector<Bf16> r
 // shards' outputs sum to the layer's. Throws Error for a rank outside [0, world) or a world with
 // fewer than one column per rank.
 MoeLayerWeights tensor_parallel_shard(const MoeLayerWeights& weights, int rank, int world);
+
+// The shard of a layer that holds the experts `experts` (ids of the layer's, distinct, ascending or
+// not: local expert e is experts[e]), with the layer's router. Throws Error for fewer ids than the
+// top-k, an id outside the layer, a repeated id, or weights that are already an expert-parallel shard.
+MoeLayerWeights expert_shard(const MoeLayerWeights& weights, std::span<const int32_t> experts);
+// Rank `rank` of `world` expert-parallel shards: the experts [R rank / world, R (rank + 1) / world).
+// Throws Error for a rank outside [0, world) or a world with fewer than one expert per rank.
+MoeLayerWeights expert_parallel_shard(const MoeLayerWeights& weights, int rank, int world);
 
 // Seeded random weights of the given shape: uniform E2M1 codes, E8M0 scales chosen so that FC1
 // outputs have a standard deviation of a few units (some reach the +-7 clamp) and the layer output

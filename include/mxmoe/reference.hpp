@@ -18,6 +18,11 @@
 
 namespace mxmoe {
 
+// A routing's expert id for a slot that goes to no expert (an engine's padding): it adds nothing.
+inline constexpr int32_t kNoExpert = -1;
+
+// Expert ids are the layer's (routed) experts: an expert-parallel shard's pairs routed to experts it
+// does not hold add nothing, as do pairs routed to kNoExpert.
 struct Routing {
   int num_tokens = 0;
   int top_k = 0;
@@ -25,7 +30,7 @@ struct Routing {
   std::vector<float> weights;    // [T, k], softmax over the k selected logits
 };
 
-// logits [T, E] = x W_gate^T + b_gate, float32.
+// logits [T, R] = x W_gate^T + b_gate, float32 (R: the routed experts, the layer's E but for a shard).
 std::vector<float> router_logits(const MoeLayerWeights& weights, std::span<const Bf16> x, int num_tokens);
 // Top-k + softmax per token. NaN logits rank below every number.
 Routing route(std::span<const float> logits, int num_tokens, int num_experts, int top_k);

@@ -35,6 +35,17 @@ struct RoutingView {
 // written by the time FC2 ends.
 enum class ForwardPart { kRouting, kFc1, kFc2, kAll };
 
+// The caller's routing, for the engine form (MoeRunner::forward_experts): device pointers to
+// ids [T, k] (int32, or int64 with ids_int64), each slot's expert among the layer's routed experts
+// (an expert-parallel shard's are the whole layer's), and weights [T, k] fp32. A slot whose id is
+// outside [0, routed_experts()) (an engine's -1 for padding) goes to no expert and adds nothing, as
+// does one whose expert a shard does not hold.
+struct GivenTopK {
+  const void* ids;
+  bool ids_int64;
+  const float* weights;
+};
+
 class MoeRunner {
  public:
   // Throws Error when the weights are inconsistent or the device is out of memory.
@@ -44,6 +55,7 @@ class MoeRunner {
   MoeRunner& operator=(MoeRunner&&) noexcept;
 
   const MoeShape& shape() const;
+  int routed_experts() const;  // the experts the routing picks among: the layer's (a shard's too)
   size_t device_bytes() const;  // packed weights resident on the device
 
   // Bytes of workspace a forward of up to `max_tokens` tokens needs.
@@ -63,7 +75,8 @@ class MoeRunner {
   // launches first, on the host, before any launch.
   void prepare(int max_tokens) const;
 
-  // x [T, H] bf16 and out [T, H] bf16 (16-byte aligned), router_logits [T, E] fp32: device
+  // x [T, H] bf16 and out [T, H] bf16 (16-byte aligned), router_logits [T, R] fp32 (R =
+  // routed_experts()): device
   // pointers. The workspace must hold workspace_size(num_tokens) bytes (256-byte aligned).
   // Throws Error on bad arguments (checked on the host) or a failed launch.
   void forward(const __nv_bfloat16* x, const float* router_logits, __nv_bfloat16* out, int num_tokens,
@@ -73,11 +86,19 @@ class MoeRunner {
   void forward(const __nv_bfloat16* x, __nv_bfloat16* out, int num_tokens, void* workspace, size_t workspace_bytes,
                cudaStream_t stream, const LayerPlan* plan = nullptr) const;
 
+  // The engine form: the experts and the weighted sum for the caller's routing (routing done by the
+  // caller, as vLLM's and SGLang's fused-MoE expert calls take it), with the same workspace. The
+  // routing launch always runs (a permutation of the given top-k).
+  void forward_experts(const __nv_bfloat16* x, const GivenTopK& topk, __nv_bfloat16* out, int num_tokens,
+                       void* workspace, size_t workspace_bytes, cudaStream_t stream,
+                       const LayerPlan* plan = nullptr) const;
+
   RoutingView routing(void* workspace, int num_tokens) const;
 
   // Whether forward() of `num_tokens` tokens under `plan` runs with no routing launch, FC1 and FC2
   // routing the batch themselves: a batch that can (can_route_in_expert_kernels) and whose FC1 grid
-  // is resident at once on this device. Host-only; loads the plan's kernels to ask.
+  // is resident at once on this device, of a whole layer (not an expert-parallel shard). Host-only;
+  // loads the plan's kernels to ask.
   bool routes_in_expert_kernels(const LayerPlan& plan, int num_tokens) const;
 
  private:

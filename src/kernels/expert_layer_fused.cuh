@@ -59,7 +59,8 @@ __device__ __forceinline__ void wait_for_count(const int* counter, int target) {
 }
 
 // out[t][row] = sum over slots s of w(t, s) * y[row(t, s)][row] for rows [row_begin, row_end) of
-// every token, slots in order, as unpermute_kernel sums them (the fused layer gives its bits).
+// every token, slots in order, as unpermute_kernel sums them (the fused layer gives its bits); a slot
+// that goes to no expert adds nothing.
 __device__ __forceinline__ void unpermute_rows(const LayerArgs& a, int row_begin, int row_end) {
   const auto* y = static_cast<const float*>(a.fc2.output);
   auto* out = static_cast<unsigned short*>(a.out);
@@ -68,8 +69,8 @@ __device__ __forceinline__ void unpermute_rows(const LayerArgs& a, int row_begin
     const int token = i / rows, row = row_begin + i % rows;
     float acc = 0.0f;
     for (int s = 0; s < top_k; ++s) {
-      const int pair = token * top_k + s;
-      acc += a.topk_weights[pair] * __ldcg(y + static_cast<long long>(a.pair_rows[pair]) * hidden + row);
+      const int pair = token * top_k + s, pair_row = a.pair_rows[pair];
+      if (pair_row >= 0) acc += a.topk_weights[pair] * __ldcg(y + static_cast<long long>(pair_row) * hidden + row);
     }
     out[static_cast<long long>(token) * hidden + row] = float_to_bf16_bits(acc);
   }
@@ -130,6 +131,7 @@ __global__ void __launch_bounds__(kColumns * kWarpsK * 32, (kGemvMinBlocks<kColu
     __syncthreads();  // the previous item is done with shared memory; the routing copy and `ticket` are in
     const int active = active_experts[experts];
     const FusedItem<kColumns> item(args, active, control.ticket);
+    if (item.items == 0 && blockIdx.x == 0) unpermute_rows(args, 0, args.fc2.rows);  // no pair has an expert here
     if (control.ticket >= item.items) return;
     if (threadIdx.x == 0) {
       control.stage = item.fc1 ? args.fc1 : args.fc2;

@@ -1,5 +1,6 @@
 #include "mxmoe/layer_weights.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -61,11 +62,29 @@ std::vector<Bf16> normal_bf16(size_t count, double stddev, uint64_t seed) {
 
 }  // namespace
 
+std::vector<int32_t> MoeLayerWeights::local_experts() const {
+  std::vector<int32_t> local(num_routed_experts(), -1);
+  for (int e = 0; e < shape.num_experts; ++e) local[global_experts.empty() ? e : global_experts[e]] = e;
+  return local;
+}
+
 void MoeLayerWeights::validate() const {
   shape.validate();
   const size_t e = shape.num_experts, h = shape.hidden, i = shape.intermediate, rows1 = shape.fc1_rows();
-  check_size("router_weight", router_weight.size(), e * h, shape);
-  check_size("router_bias", router_bias.size(), e, shape);
+  const size_t routed = num_routed_experts();
+  if (!global_experts.empty()) {
+    check_size("global_experts", global_experts.size(), e, shape);
+    std::vector<bool> seen(routed);
+    for (int32_t g : global_experts) {
+      if (g < 0 || static_cast<size_t>(g) >= routed || seen[g]) {
+        throw Error("layer weights (" + shape.describe() + "): global_experts holds " + std::to_string(g) +
+                    ", which is not a new expert of the " + std::to_string(routed) + " routed");
+      }
+      seen[g] = true;
+    }
+  }
+  check_size("router_weight", router_weight.size(), routed * h, shape);
+  check_size("router_bias", router_bias.size(), routed, shape);
   check_size("fc1_blocks", fc1_blocks.size(), e * rows1 * h / 2, shape);
   check_size("fc1_scales", fc1_scales.size(), e * rows1 * h / kMxBlock, shape);
   check_size("fc1_bias", fc1_bias.size(), e * rows1, shape);
@@ -148,6 +167,8 @@ MoeLayerWeights tensor_parallel_shard(const MoeLayerWeights& weights, int rank, 
   shard.shape = shape;
   shard.router_weight = weights.router_weight;
   shard.router_bias = weights.router_bias;
+  shard.global_experts = weights.global_experts;
+  shard.routed_experts = weights.routed_experts;
   shard.fc1_bias.assign(e * own, Bf16{});
   shard.fc2_bias = rank == 0 ? weights.fc2_bias : std::vector<Bf16>(e * h, Bf16{});
   // FC1: the row pair (glu, linear) of each own column; the other pairs stay zero.
@@ -182,6 +203,66 @@ MoeLayerWeights tensor_parallel_shard(const MoeLayerWeights& weights, int rank, 
   OwnedExperts::attach(std::move(storage), shard);
   shard.validate();
   return shard;
+}
+
+MoeLayerWeights expert_shard(const MoeLayerWeights& weights, std::span<const int32_t> experts) {
+  weights.validate();
+  if (!weights.global_experts.empty()) throw Error("expert shard: these weights are already an expert-parallel shard");
+  const MoeShape& full = weights.shape;
+  if (experts.size() < static_cast<size_t>(full.top_k)) {
+    throw Error("expert shard: " + std::to_string(experts.size()) + " experts, fewer than the layer's top-k (" +
+                std::to_string(full.top_k) + ")");
+  }
+  std::vector<bool> seen(full.num_experts);
+  for (int32_t g : experts) {
+    if (g < 0 || g >= full.num_experts || seen[g]) {
+      throw Error("expert shard: expert " + std::to_string(g) + " is " +
+                  (g < 0 || g >= full.num_experts ? "not one of the layer's " + std::to_string(full.num_experts)
+                                                  : std::string("given twice")));
+    }
+    seen[g] = true;
+  }
+  MoeLayerWeights shard;
+  shard.shape = full;
+  shard.shape.num_experts = static_cast<int>(experts.size());
+  shard.routed_experts = full.num_experts;
+  shard.global_experts.assign(experts.begin(), experts.end());
+  shard.router_weight = weights.router_weight;
+  shard.router_bias = weights.router_bias;
+  shard.fc1_bias.resize(experts.size() * full.fc1_rows());
+  shard.fc2_bias.resize(experts.size() * full.hidden);
+  auto storage = std::make_shared<OwnedExperts>();
+  auto take = [&](std::span<const uint8_t> from, std::vector<uint8_t>& to) {
+    const size_t per_expert = from.size() / full.num_experts;
+    to.resize(per_expert * experts.size());
+    for (size_t e = 0; e < experts.size(); ++e) {
+      std::copy_n(from.begin() + experts[e] * per_expert, per_expert, to.begin() + e * per_expert);
+    }
+  };
+  take(weights.fc1_blocks, storage->fc1_blocks);
+  take(weights.fc1_scales, storage->fc1_scales);
+  take(weights.fc2_blocks, storage->fc2_blocks);
+  take(weights.fc2_scales, storage->fc2_scales);
+  for (size_t e = 0; e < experts.size(); ++e) {
+    std::copy_n(weights.fc1_bias.begin() + experts[e] * full.fc1_rows(), full.fc1_rows(),
+                shard.fc1_bias.begin() + e * full.fc1_rows());
+    std::copy_n(weights.fc2_bias.begin() + experts[e] * full.hidden, full.hidden,
+                shard.fc2_bias.begin() + e * full.hidden);
+  }
+  OwnedExperts::attach(std::move(storage), shard);
+  shard.validate();
+  return shard;
+}
+
+MoeLayerWeights expert_parallel_shard(const MoeLayerWeights& weights, int rank, int world) {
+  const int routed = weights.num_routed_experts();
+  if (world < 1 || rank < 0 || rank >= world || routed / world < 1) {
+    throw Error("expert-parallel shard: rank " + std::to_string(rank) + " of " + std::to_string(world) +
+                " is not a shard of " + std::to_string(routed) + " experts");
+  }
+  std::vector<int32_t> experts;
+  for (int e = routed * rank / world; e < routed * (rank + 1) / world; ++e) experts.push_back(e);
+  return expert_shard(weights, experts);
 }
 
 MoeLayerWeights make_synthetic_layer(const MoeShape& shape, uint64_t seed) {

@@ -76,14 +76,18 @@ ReferenceResult reference_forward_routed(const MoeLayerWeights& weights, std::sp
                 " x " + std::to_string(h));
   }
   const size_t pairs = static_cast<size_t>(t_count) * k;
+  const std::vector<int32_t> local = weights.local_experts();
   std::vector<std::vector<int32_t>> pairs_of_expert(shape.num_experts);
+  std::vector<bool> held(pairs);  // pairs whose expert these weights hold: the others add nothing
   for (size_t p = 0; p < pairs; ++p) {
     const int32_t expert = routing.experts[p];
-    if (expert < 0 || expert >= shape.num_experts) {
+    if (expert < kNoExpert || expert >= static_cast<int32_t>(local.size())) {
       throw Error("reference: routing selects expert " + std::to_string(expert) + " of " +
-                  std::to_string(shape.num_experts));
+                  std::to_string(local.size()));
     }
-    pairs_of_expert[expert].push_back(static_cast<int32_t>(p));
+    if (expert == kNoExpert || local[expert] < 0) continue;
+    held[p] = true;
+    pairs_of_expert[local[expert]].push_back(static_cast<int32_t>(p));
   }
 
   // Inputs per pair: FC1 reads its token's x, so give every pair its own float row.
@@ -110,6 +114,7 @@ ReferenceResult reference_forward_routed(const MoeLayerWeights& weights, std::sp
   result.out_bf16.resize(result.out.size());
   for (int t = 0; t < t_count; ++t) {
     for (int s = 0; s < k; ++s) {
+      if (!held[static_cast<size_t>(t) * k + s]) continue;
       const float w = routing.weights[t * k + s];
       const float* y = result.expert_out.data() + (static_cast<size_t>(t) * k + s) * h;
       for (int j = 0; j < h; ++j) result.out[static_cast<size_t>(t) * h + j] += w * y[j];
@@ -129,7 +134,7 @@ ReferenceResult reference_forward_from_logits(const MoeLayerWeights& weights, st
                                               int num_tokens, std::span<const float> logits,
                                               const ReferenceOptions& options) {
   return reference_forward_routed(
-      weights, x, route(logits, num_tokens, weights.shape.num_experts, weights.shape.top_k), options);
+      weights, x, route(logits, num_tokens, weights.num_routed_experts(), weights.shape.top_k), options);
 }
 
 ReferenceResult reference_forward(const MoeLayerWeights& weights, std::span<const Bf16> x, int num_tokens,

@@ -26,7 +26,8 @@ double weight_at(std::span<const uint8_t> blocks, std::span<const uint8_t> scale
 Float64Result evaluate_layer_f64(const MoeLayerWeights& w, std::span<const Bf16> x, int num_tokens) {
   w.validate();
   const MoeShape& s = w.shape;
-  const int e = s.num_experts, k = s.top_k, h = s.hidden, i = s.intermediate;
+  const int e = w.num_routed_experts(), k = s.top_k, h = s.hidden, i = s.intermediate;
+  const std::vector<int32_t> local = w.local_experts();
   if (num_tokens < 0 || x.size() != static_cast<size_t>(num_tokens) * h) {
     throw Error("evaluate_layer_f64: x has " + std::to_string(x.size()) + " elements, expected " +
                 std::to_string(num_tokens) + " x " + std::to_string(h));
@@ -53,15 +54,16 @@ Float64Result evaluate_layer_f64(const MoeLayerWeights& w, std::span<const Bf16>
       const double weight = std::exp(logits[ex] - logits[order[0]]) / sum;
       r.experts[t * k + slot] = ex;
       r.weights[t * k + slot] = weight;
+      if (local[ex] < 0) continue;  // an expert-parallel shard's pair for another shard
       for (int row = 0; row < 2 * i; ++row) {
-        const size_t global_row = static_cast<size_t>(ex) * 2 * i + row;
+        const size_t global_row = static_cast<size_t>(local[ex]) * 2 * i + row;
         double acc = bf16_to_float(w.fc1_bias[global_row]);
         for (int j = 0; j < h; ++j) acc += weight_at(w.fc1_blocks, w.fc1_scales, global_row, h, j) * xt(j);
         h1[row] = acc;
       }
       for (int j = 0; j < i; ++j) act[j] = gpt_oss_swiglu(h1[2 * j], h1[2 * j + 1]);
       for (int row = 0; row < h; ++row) {
-        const size_t global_row = static_cast<size_t>(ex) * h + row;
+        const size_t global_row = static_cast<size_t>(local[ex]) * h + row;
         double acc = bf16_to_float(w.fc2_bias[global_row]);
         for (int j = 0; j < i; ++j) acc += weight_at(w.fc2_blocks, w.fc2_scales, global_row, i, j) * act[j];
         r.out[static_cast<size_t>(t) * h + row] += weight * acc;

@@ -12,7 +12,7 @@ namespace mxmoe {
 
 std::vector<float> router_logits(const MoeLayerWeights& weights, std::span<const Bf16> x, int num_tokens) {
   weights.validate();
-  const int e = weights.shape.num_experts, h = weights.shape.hidden;
+  const int e = weights.num_routed_experts(), h = weights.shape.hidden;
   if (num_tokens < 0 || x.size() != static_cast<size_t>(num_tokens) * h) {
     throw Error("router_logits: x has " + std::to_string(x.size()) + " elements, expected " +
                 std::to_string(num_tokens) + " x " + std::to_string(h));

@@ -17,15 +17,29 @@ constexpr int kSmallBatchPairs = 32;
 // (route_kernels.cuh, permutes_in_one_warp).
 constexpr int kOneWarpPermutePairs = 64;
 
+// Where the routing's top-k comes from: the router logits (top-k + softmax, as the layer routes), or
+// the caller's own top-k (the engine form). Experts are the routed ones (an expert-parallel shard's
+// router scores all of the layer's); `local_experts` maps each to the expert the weights hold, -1
+// where they hold none. A pair whose expert is -1 after the map, or whose given id is outside
+// [0, routed_experts), goes to no expert: its sorted row is -1 and it adds nothing.
+struct RouteInput {
+  const float* logits;        // [T, routed_experts], or null
+  const void* topk_ids;       // [T, k] int32 or int64 (ids_int64), when logits is null
+  const float* topk_weights;  // [T, k]
+  const int* local_experts;   // [routed_experts], or null: the identity
+  int routed_experts;
+  int ids_int64;
+};
+
 struct RouteBuffers {
-  int* topk_experts;    // [pairs]
+  int* topk_experts;    // [pairs]: local experts, -1 for none
   float* topk_weights;  // [pairs]
   int* expert_counts;   // [E]
   int* expert_offsets;  // [E + 1]: first sorted row of each expert; [E] = pairs
   int* active_experts;  // [E + 1]: experts with rows, ascending; [E] = their number
   int* tile_offsets;    // [kTileSizeCount][E + 1]
-  int* sorted_pairs;    // [pairs]: sorted row -> pair
-  int* pair_rows;       // [pairs]: pair -> sorted row
+  int* sorted_pairs;    // [pairs]: sorted row -> pair (the first expert_offsets[E] rows)
+  int* pair_rows;       // [pairs]: pair -> sorted row, -1 for a pair that goes to no expert
   int* schedule;        // [schedule_words]: the fused layer's counters, zeroed by the permutation
   int schedule_words;
 };

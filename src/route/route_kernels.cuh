@@ -85,14 +85,32 @@ __global__ void __launch_bounds__(kLogitWarps * 32)
   }
 }
 
+// One token's top-k as local experts into experts[token k + s] and weights[token k + s], slot s by
+// lane s: from the logits (top-k + softmax over the routed experts) or the caller's ids and
+// weights, then through the map to local experts (RouteInput). Call with one whole warp.
+__device__ __forceinline__ void route_token(const RouteInput& in, int token, int top_k, int* experts, float* weights) {
+  const int lane = threadIdx.x % 32, pair = token * top_k + lane;
+  int expert = -1;
+  if (in.logits) {
+    select_token_experts(in.logits, token, in.routed_experts, top_k, experts, weights);
+    if (lane < top_k) expert = experts[pair];  // this lane's own store
+  } else if (lane < top_k) {
+    const long long id = in.ids_int64 ? static_cast<const long long*>(in.topk_ids)[pair]
+                                      : static_cast<const int*>(in.topk_ids)[pair];
+    expert = id >= 0 && id < in.routed_experts ? static_cast<int>(id) : -1;
+    weights[pair] = in.topk_weights[pair];
+  }
+  if (lane < top_k) experts[pair] = expert >= 0 && in.local_experts ? in.local_experts[expert] : expert;
+}
+
 constexpr int kSelectWarps = 8;  // tokens per CTA, one per warp
 
 __global__ void __launch_bounds__(kSelectWarps * 32)
-    select_experts_kernel(const float* logits, int num_tokens, int num_experts, int top_k, RouteBuffers route) {
-  wait_for_prerequisite_grids();  // the logits
+    select_experts_kernel(RouteInput in, int num_tokens, int top_k, RouteBuffers route) {
+  wait_for_prerequisite_grids();  // the logits or the caller's top-k
   allow_dependent_grids();
   const int token = blockIdx.x * kSelectWarps + threadIdx.x / 32;
-  if (token < num_tokens) select_token_experts(logits, token, num_experts, top_k, route.topk_experts, route.topk_weights);
+  if (token < num_tokens) route_token(in, token, top_k, route.topk_experts, route.topk_weights);
 }
 
 constexpr int kPermuteThreads = 1024;
@@ -122,23 +140,23 @@ __host__ __device__ inline int permute_segments(int num_experts, int num_pairs, 
   return fit < 1 ? 1 : (fit > most ? most : fit);
 }
 
-// The expert-sorted permutation, in one CTA; with `logits` it first selects every token's experts
-// itself (one launch fewer for small batches: at most kFusedRouteTokens, 8 tokens per warp) and
+// The expert-sorted permutation, in one CTA; with logits or a given top-k in `in` it first routes
+// every token itself (one launch fewer for small batches: at most kFusedRouteTokens, 8 tokens per warp) and
 // keeps each pair's expert and rank in shared memory, so that no step waits on a global-memory
 // round trip of its own CTA's writes. Warp w owns a contiguous segment of pairs and counts
-// them per expert in hist[w][*], ranking pairs of the same expert within each 32-pair chunk by lane
+// them per expert in hist[w][*] (pairs that go to no expert are not counted), ranking pairs of the same expert within each 32-pair chunk by lane
 // (match.any); a scan over segments then over experts gives every pair its sorted row:
 //   row(p) = offset[e] + (pairs of e in earlier segments) + (pairs of e earlier in p's segment).
 // It also zeroes the fused layer's schedule counters, which the expert kernels after it may use.
 // Budget: a few reads and writes per pair plus O(S E) shared-memory work; one CTA, so this is a
 // latency term (microseconds), not a bandwidth one.
 __global__ void __launch_bounds__(kPermuteThreads)
-    permute_kernel(const float* logits, int num_tokens, int num_experts, int top_k, RouteBuffers route) {
+    permute_kernel(RouteInput in, int num_tokens, int num_experts, int top_k, RouteBuffers route) {
   int* smem = reinterpret_cast<int*>(dynamic_smem());
-  wait_for_prerequisite_grids();  // the logits, or the top-k of select_experts_kernel
+  wait_for_prerequisite_grids();  // the logits or given top-k, or the top-k of select_experts_kernel
   allow_dependent_grids();
   const int num_pairs = num_tokens * top_k;
-  const bool fused = logits != nullptr;
+  const bool fused = in.logits || in.topk_ids;
   const int segments = permute_segments(num_experts, num_pairs, fused ? num_pairs : 0);
   int* hist = smem;                                 // [segments][E]
   int* offsets = smem + segments * num_experts;     // [E + 1]
@@ -152,7 +170,7 @@ __global__ void __launch_bounds__(kPermuteThreads)
   for (int i = threadIdx.x; i < route.schedule_words; i += blockDim.x) route.schedule[i] = 0;
   if (fused) {
     for (int token = warp; token < num_tokens; token += blockDim.x / 32) {
-      select_token_experts(logits, token, num_experts, top_k, pair_experts, route.topk_weights);
+      route_token(in, token, top_k, pair_experts, route.topk_weights);
     }
   }
   if (fused && permutes_in_one_warp(num_tokens, top_k)) {
@@ -170,8 +188,8 @@ __global__ void __launch_bounds__(kPermuteThreads)
     int* my_hist = hist + warp * num_experts;
     for (int base = seg_begin; base < seg_end; base += 32) {
       const int pair = base + lane;
-      const bool valid = pair < seg_end;
-      const int expert = valid ? pair_experts[pair] : -1;
+      const int expert = pair < seg_end ? pair_experts[pair] : -1;
+      const bool valid = expert >= 0;
       const unsigned peers = __match_any_sync(0xffffffffu, expert);
       const int before = valid ? my_hist[expert] : 0;
       __syncwarp();
@@ -203,8 +221,8 @@ __global__ void __launch_bounds__(kPermuteThreads)
     const int* my_hist = hist + warp * num_experts;
     for (int pair = seg_begin + lane; pair < seg_end; pair += 32) {
       const int expert = pair_experts[pair];
-      const int row = offsets[expert] + my_hist[expert] + pair_ranks[pair];
-      route.sorted_pairs[row] = pair;
+      const int row = expert < 0 ? -1 : offsets[expert] + my_hist[expert] + pair_ranks[pair];
+      if (row >= 0) route.sorted_pairs[row] = pair;
       route.pair_rows[pair] = row;
       if (fused) route.topk_experts[pair] = expert;
     }

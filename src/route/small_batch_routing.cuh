@@ -158,7 +158,7 @@ __device__ __forceinline__ LanePair lane_pair(const int* pair_experts, int first
 }
 
 // The permutation of a batch of at most kOneWarpPermutePairs (64) pairs by one warp, after every
-// pair's expert is in `pair_experts` (its top-k, visible to the warp): lane l holds pairs l and
+// pair's expert (-1: none) is in `pair_experts` (its top-k, visible to the warp): lane l holds pairs l and
 // 32 + l, so a pair's rank among its expert's pairs is a match.any away, plus the expert's count
 // in the step before. Writes the counts, offsets, active list and tile offsets, then the sorted
 // rows, into `route`; `counts` [E] and `offsets` [E + 1] are the warp's shared scratch. Call with
@@ -184,9 +184,10 @@ __device__ __forceinline__ void permute_small_batch(const int* pair_experts, int
   __syncwarp();
 #pragma unroll
   for (int s = 0; s < kSteps; ++s) {
-    if (experts[s] < 0) continue;
-    const int pair = 32 * s + lane, row = offsets[experts[s]] + ranks[s];
-    route.sorted_pairs[row] = pair;
+    const int pair = 32 * s + lane;
+    if (pair >= num_pairs) continue;
+    const int row = experts[s] < 0 ? -1 : offsets[experts[s]] + ranks[s];  // -1: the pair goes to no expert
+    if (row >= 0) route.sorted_pairs[row] = pair;
     route.pair_rows[pair] = row;
     route.topk_experts[pair] = experts[s];
   }

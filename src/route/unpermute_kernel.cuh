@@ -1,5 +1,6 @@
 // The weighted un-permute: out[t] = sum over slots s of w(t, s) * (sum over k-splits of y[split][row(t, s)]),
-// slots in order and splits in order, so the result is bit-identical run after run.
+// slots in order and splits in order, so the result is bit-identical run after run; slots that go to
+// no expert (row -1) add nothing.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -59,6 +60,7 @@ __global__ void __launch_bounds__(kUnpermuteThreads)
     if (column >= hidden) continue;
 #pragma unroll 4
     for (int slot = 0; slot < slots; ++slot) {
+      if (rows[slot] < 0) continue;  // a pair that goes to no expert
       const float* row = y + static_cast<long long>(rows[slot]) * hidden + column;
       float sum[8] = {};
       for (int split = 0; split < k_split; ++split) {

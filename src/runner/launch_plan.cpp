@@ -10,7 +10,8 @@
 
 namespace mxmoe {
 
-LayerLaunch make_layer_launch(const MoeShape& shape, const Arch& arch, const LayerPlan& plan, int num_tokens) {
+LayerLaunch make_layer_launch(const MoeShape& shape, const Arch& arch, const LayerPlan& plan, int num_tokens,
+                              bool may_route_itself) {
   validate_plan(shape, plan, arch);
   const KernelFamily &fc1_family = family_of(plan.fc1), &fc2_family = family_of(plan.fc2);
   const ExpertKernels &fc1_kernels = expert_kernels(plan.fc1), &fc2_kernels = expert_kernels(plan.fc2);
@@ -20,7 +21,7 @@ LayerLaunch make_layer_launch(const MoeShape& shape, const Arch& arch, const Lay
   // CTA of a later wave would pay the routing before its first load, while the streaming CTAs wait
   // on its issue slots (docs/perf-notes.md, "self-routing only where FC1 is one wave").
   bool routes_itself = false;
-  if (can_route_in_expert_kernels(plan, num_tokens, shape.top_k)) {
+  if (may_route_itself && can_route_in_expert_kernels(plan, num_tokens, shape.top_k)) {
     const LaunchGeometry g = fc1_family.geometry(plan.fc1, fc1, num_tokens, true, fc1_kernels.fc1);
     const long long ctas = static_cast<long long>(g.grid.x) * g.grid.y * g.grid.z;
     routes_itself = ctas <= resident_ctas(fc1_kernels.fc1, g.threads, g.smem_bytes);

@@ -31,22 +31,23 @@ void launch_router_logits(const __nv_bfloat16* x, const __nv_bfloat16* weight, c
          dim3(kernels::kLogitWarps * 32), args, 0, stream, "router logits launch");
 }
 
-void launch_routing(const float* logits, int num_tokens, int num_experts, int top_k, const kernels::RouteBuffers& route,
-                    cudaStream_t stream) {
+void launch_routing(const kernels::RouteInput& in, int num_tokens, int num_experts, int top_k,
+                    const kernels::RouteBuffers& route, cudaStream_t stream) {
   kernels::RouteBuffers r = route;
-  const float* fused_logits = logits;
+  kernels::RouteInput fused = in;
   if (num_tokens > kernels::kFusedRouteTokens || num_tokens * top_k > kernels::kFusedRoutePairs) {
-    void* args[] = {&logits, &num_tokens, &num_experts, &top_k, &r};
+    void* args[] = {&fused, &num_tokens, &top_k, &r};
     launch(reinterpret_cast<const void*>(kernels::select_experts_kernel), dim3(blocks(num_tokens, kernels::kSelectWarps)),
            dim3(kernels::kSelectWarps * 32), args, 0, stream, "top-k launch");
-    fused_logits = nullptr;  // the permutation reads the top-k the launch above wrote
+    fused = {};  // the permutation reads the top-k the launch above wrote
   }
-  void* args[] = {&fused_logits, &num_tokens, &num_experts, &top_k, &r};
-  const int smem_pairs = fused_logits ? num_tokens * top_k : 0;
+  void* args[] = {&fused, &num_tokens, &num_experts, &top_k, &r};
+  const bool routes = fused.logits || fused.topk_ids;
+  const int smem_pairs = routes ? num_tokens * top_k : 0;
   const int smem = kernels::permute_segments(num_experts, num_tokens * top_k, smem_pairs) * num_experts * 4 +
                    kernels::permute_fixed_smem(num_experts, smem_pairs);
   // A fused small batch takes the one-warp path: one warp per token for the top-k.
-  const bool small = fused_logits && kernels::permutes_in_one_warp(num_tokens, top_k);
+  const bool small = routes && kernels::permutes_in_one_warp(num_tokens, top_k);
   const int threads = small ? 32 * num_tokens : kernels::kPermuteThreads;
   launch(reinterpret_cast<const void*>(kernels::permute_kernel), dim3(1), dim3(static_cast<unsigned>(threads)), args,
          smem, stream, "permutation launch");

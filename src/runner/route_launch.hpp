@@ -11,10 +11,10 @@ namespace mxmoe {
 
 void launch_router_logits(const __nv_bfloat16* x, const __nv_bfloat16* weight, const float* bias, float* logits,
                           int num_tokens, int num_experts, int hidden, cudaStream_t stream);
-// Top-k + softmax and the expert-sorted permutation: one single-CTA launch for small batches, a
-// parallel top-k then the permutation for large ones.
-void launch_routing(const float* logits, int num_tokens, int num_experts, int top_k, const kernels::RouteBuffers& route,
-                    cudaStream_t stream);
+// The top-k (from logits or given, `in`) and the expert-sorted permutation: one single-CTA launch for
+// small batches, a parallel top-k then the permutation for large ones.
+void launch_routing(const kernels::RouteInput& in, int num_tokens, int num_experts, int top_k,
+                    const kernels::RouteBuffers& route, cudaStream_t stream);
 // `route_logits`: the batch routed itself in FC1 and FC2 (LayerLaunch::routing_launch is false), so
 // the un-permute routes it again from these logits; null: it reads `route`.
 void launch_unpermute(const float* expert_out, long long split_stride, int k_split, int hidden, int top_k,

@@ -51,15 +51,20 @@ struct MoeRunner::Impl {
   DeviceArch device;
   TunedPlans tuned;
   RecordGeometry fc1_geometry, fc2_geometry;
-  DeviceBuffer weights;  // fc1 records | fc1 bias | fc2 records | fc2 bias | router weight | router bias
+  int routed_experts = 0;
+  // fc1 records | fc1 bias | fc2 records | fc2 bias | router weight | router bias | local experts
+  DeviceBuffer weights;
   const unsigned char* fc1_records = nullptr;
   const float* fc1_bias = nullptr;
   const unsigned char* fc2_records = nullptr;
   const float* fc2_bias = nullptr;
   const __nv_bfloat16* router_weight = nullptr;
   const float* router_bias = nullptr;
-  mutable std::shared_mutex launches_mutex;  // forward() reads the table, prepare() rebuilds it
-  mutable LaunchTable launches;
+  const int* local_experts = nullptr;  // [R]: an expert-parallel shard's map; null for a whole layer
+  mutable std::shared_mutex launches_mutex;  // forward() reads the tables, prepare() rebuilds them
+  // The launches of the layer form (routing from logits; a small batch may route itself) and of the
+  // engine form (the caller's top-k, always permuted by the routing launch).
+  mutable LaunchTable launches, given_topk_launches;
 
   LayerPlan plan(int num_tokens) const {
     return tuned.find(num_tokens).value_or(mxmoe::heuristic_plan(shape, num_tokens, *device.arch));
@@ -68,9 +73,16 @@ struct MoeRunner::Impl {
   // Calls `run` with the prepared launches of `num_tokens` tokens, or with `plan`'s where a plan is
   // given that is not the prepared one; prepares up to num_tokens first where needed.
   template <typename Run>
-  void with_launch(int num_tokens, const LayerPlan* plan, Run run) const;
-  void run(const __nv_bfloat16* x, const float* logits, __nv_bfloat16* out, int num_tokens, void* workspace,
-           cudaStream_t stream, const LayerLaunch& launch, ForwardPart last = ForwardPart::kAll) const;
+  void with_launch(int num_tokens, const LayerPlan* plan, bool given_topk, Run run) const;
+  LayerLaunch make_launch(const LayerPlan& plan, int num_tokens, bool given_topk) const {
+    return make_layer_launch(shape, *device.arch, plan, num_tokens, !given_topk && !local_experts);
+  }
+  kernels::RouteInput route_input(const float* logits) const {
+    return {.logits = logits, .topk_ids = nullptr, .topk_weights = nullptr, .local_experts = local_experts,
+            .routed_experts = routed_experts, .ids_int64 = 0};
+  }
+  void run(const __nv_bfloat16* x, const kernels::RouteInput& in, __nv_bfloat16* out, int num_tokens,
+           void* workspace, cudaStream_t stream, const LayerLaunch& launch, ForwardPart last = ForwardPart::kAll) const;
 };
 
 MoeRunner::MoeRunner(const MoeLayerWeights& weights) : impl_(std::make_unique<Impl>()) {
@@ -78,6 +90,7 @@ MoeRunner::MoeRunner(const MoeLayerWeights& weights) : impl_(std::make_unique<Im
   Impl& m = *impl_;
   const MoeShape& s = weights.shape;
   m.shape = s;
+  m.routed_experts = weights.num_routed_experts();
   m.device = current_device_arch();
   cudaDeviceProp prop{};
   int device = 0;
@@ -92,6 +105,8 @@ MoeRunner::MoeRunner(const MoeLayerWeights& weights) : impl_(std::make_unique<Im
   const auto fc2 = pack_records(m.fc2_geometry, RowOrder::kIdentity, weights.fc2_blocks, weights.fc2_scales);
   const auto fc2_bias = pack_row_vector(m.fc2_geometry, RowOrder::kIdentity, bits_of(weights.fc2_bias));
   const auto router_bias = floats_of(weights.router_bias);
+  const std::vector<int32_t> local_experts = weights.global_experts.empty() ? std::vector<int32_t>{}
+                                                                             : weights.local_experts();
 
   struct Piece {
     const void* data;
@@ -102,7 +117,8 @@ MoeRunner::MoeRunner(const MoeLayerWeights& weights) : impl_(std::make_unique<Im
                           {fc2.data(), fc2.size()},
                           {fc2_bias.data(), fc2_bias.size() * 4},
                           {weights.router_weight.data(), weights.router_weight.size() * 2},
-                          {router_bias.data(), router_bias.size() * 4}};
+                          {router_bias.data(), router_bias.size() * 4},
+                          {local_experts.data(), local_experts.size() * 4}};
   size_t total = 0;
   for (const auto& p : pieces) total += align256(p.bytes);
 
@@ -112,7 +128,7 @@ MoeRunner::MoeRunner(const MoeLayerWeights& weights) : impl_(std::make_unique<Im
   size_t offset = 0;
   for (const auto& p : pieces) {
     at.push_back(base + offset);
-    cuda_check(cudaMemcpy(base + offset, p.data, p.bytes, cudaMemcpyHostToDevice), "copying weights to the device");
+    if (p.bytes) cuda_check(cudaMemcpy(base + offset, p.data, p.bytes, cudaMemcpyHostToDevice), "copying weights to the device");
     offset += align256(p.bytes);
   }
   m.fc1_records = at[0];
@@ -121,6 +137,7 @@ MoeRunner::MoeRunner(const MoeLayerWeights& weights) : impl_(std::make_unique<Im
   m.fc2_bias = reinterpret_cast<const float*>(at[3]);
   m.router_weight = reinterpret_cast<const __nv_bfloat16*>(at[4]);
   m.router_bias = reinterpret_cast<const float*>(at[5]);
+  if (!local_experts.empty()) m.local_experts = reinterpret_cast<const int*>(at[6]);
 }
 
 MoeRunner::~MoeRunner() = default;
@@ -128,11 +145,12 @@ MoeRunner::MoeRunner(MoeRunner&&) noexcept = default;
 MoeRunner& MoeRunner::operator=(MoeRunner&&) noexcept = default;
 
 const MoeShape& MoeRunner::shape() const { return impl_->shape; }
+int MoeRunner::routed_experts() const { return impl_->routed_experts; }
 size_t MoeRunner::device_bytes() const { return impl_->weights.bytes(); }
 
 size_t MoeRunner::workspace_size(int max_tokens) const {
   if (max_tokens < 0) throw Error("workspace_size: max_tokens is negative");
-  return WorkspaceLayout::of(impl_->shape, max_tokens).total;
+  return WorkspaceLayout::of(impl_->shape, impl_->routed_experts, max_tokens).total;
 }
 
 LayerPlan MoeRunner::heuristic_plan(int num_tokens) const {
@@ -151,13 +169,16 @@ void MoeRunner::prepare(int max_tokens) const {
 void MoeRunner::Impl::prepare(int max_tokens) const {
   std::unique_lock lock(launches_mutex);
   if (max_tokens <= launches.max_tokens()) return;
-  launches.build(
-      max_tokens, [&](int t) { return plan(t); },
-      [&](const LayerPlan& p, int t) { return make_layer_launch(shape, *device.arch, p, t); });
+  for (const bool given_topk : {false, true}) {
+    (given_topk ? given_topk_launches : launches)
+        .build(
+            max_tokens, [&](int t) { return plan(t); },
+            [&](const LayerPlan& p, int t) { return make_launch(p, t, given_topk); });
+  }
 }
 
 template <typename Run>
-void MoeRunner::Impl::with_launch(int num_tokens, const LayerPlan* plan, Run run) const {
+void MoeRunner::Impl::with_launch(int num_tokens, const LayerPlan* plan, bool given_topk, Run run) const {
   std::shared_lock lock(launches_mutex);
   if (num_tokens > launches.max_tokens()) {
     lock.unlock();
@@ -165,29 +186,30 @@ void MoeRunner::Impl::with_launch(int num_tokens, const LayerPlan* plan, Run run
     prepare(static_cast<int>(std::min<long long>(std::bit_ceil(static_cast<unsigned>(num_tokens)), INT_MAX)));
     lock.lock();
   }
-  const LayerLaunch& prepared = launches.find(num_tokens);
+  const LayerLaunch& prepared = (given_topk ? given_topk_launches : launches).find(num_tokens);
   if (!plan || *plan == prepared.plan) return run(prepared);
-  run(make_layer_launch(shape, *device.arch, *plan, num_tokens));
+  run(make_launch(*plan, num_tokens, given_topk));
 }
 
 bool MoeRunner::routes_in_expert_kernels(const LayerPlan& plan, int num_tokens) const {
-  return !make_layer_launch(impl_->shape, *impl_->device.arch, plan, num_tokens).routing_launch;
+  return !impl_->make_launch(plan, num_tokens, false).routing_launch;
 }
 
-void MoeRunner::Impl::run(const __nv_bfloat16* x, const float* logits, __nv_bfloat16* out, int num_tokens,
-                          void* workspace, cudaStream_t stream, const LayerLaunch& launch, ForwardPart last) const {
-  const WorkspaceLayout layout = WorkspaceLayout::of(shape, num_tokens);
+void MoeRunner::Impl::run(const __nv_bfloat16* x, const kernels::RouteInput& in, __nv_bfloat16* out,
+                          int num_tokens, void* workspace, cudaStream_t stream, const LayerLaunch& launch,
+                          ForwardPart last) const {
+  const WorkspaceLayout layout = WorkspaceLayout::of(shape, routed_experts, num_tokens);
   const kernels::RouteBuffers route = layout.route(workspace);
   auto* ws = static_cast<unsigned char*>(workspace);
   const int pairs = num_tokens * shape.top_k;
   const long long split_stride = static_cast<long long>(pairs) * shape.hidden;
 
-  if (launch.routing_launch) launch_routing(logits, num_tokens, shape.num_experts, shape.top_k, route, stream);
+  if (launch.routing_launch) launch_routing(in, num_tokens, shape.num_experts, shape.top_k, route, stream);
   if (last == ForwardPart::kRouting) return;
 
   auto* activation = reinterpret_cast<__nv_bfloat16*>(ws + layout.activation);
   auto* expert_out = reinterpret_cast<float*>(ws + layout.expert_out);
-  const float* route_logits = launch.routing_launch ? nullptr : logits;
+  const float* route_logits = launch.routing_launch ? nullptr : in.logits;
   auto tile_offsets = [&](int stage) {
     return route.tile_offsets + launch.tile_offsets_index[stage] * (shape.num_experts + 1);
   };
@@ -270,8 +292,8 @@ void MoeRunner::forward(const __nv_bfloat16* x, const float* router_logits, __nv
   check_forward_args(*this, x, out, num_tokens, workspace, workspace_bytes);
   check_aligned(router_logits, 4, "router_logits");
   if (num_tokens == 0) return;
-  impl_->with_launch(num_tokens, plan, [&](const LayerLaunch& launch) {
-    impl_->run(x, router_logits, out, num_tokens, workspace, stream, launch, last);
+  impl_->with_launch(num_tokens, plan, false, [&](const LayerLaunch& launch) {
+    impl_->run(x, impl_->route_input(router_logits), out, num_tokens, workspace, stream, launch, last);
   });
 }
 
@@ -279,17 +301,35 @@ void MoeRunner::forward(const __nv_bfloat16* x, __nv_bfloat16* out, int num_toke
                         size_t workspace_bytes, cudaStream_t stream, const LayerPlan* plan) const {
   check_forward_args(*this, x, out, num_tokens, workspace, workspace_bytes);
   if (num_tokens == 0) return;
-  impl_->with_launch(num_tokens, plan, [&](const LayerLaunch& launch) {
+  impl_->with_launch(num_tokens, plan, false, [&](const LayerLaunch& launch) {
     auto* logits = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace) +
-                                            WorkspaceLayout::of(impl_->shape, num_tokens).logits);
-    launch_router_logits(x, impl_->router_weight, impl_->router_bias, logits, num_tokens, impl_->shape.num_experts,
+                                            WorkspaceLayout::of(impl_->shape, impl_->routed_experts, num_tokens).logits);
+    launch_router_logits(x, impl_->router_weight, impl_->router_bias, logits, num_tokens, impl_->routed_experts,
                          impl_->shape.hidden, stream);
-    impl_->run(x, logits, out, num_tokens, workspace, stream, launch);
+    impl_->run(x, impl_->route_input(logits), out, num_tokens, workspace, stream, launch);
+  });
+}
+
+void MoeRunner::forward_experts(const __nv_bfloat16* x, const GivenTopK& topk, __nv_bfloat16* out, int num_tokens,
+                                void* workspace, size_t workspace_bytes, cudaStream_t stream,
+                                const LayerPlan* plan) const {
+  check_forward_args(*this, x, out, num_tokens, workspace, workspace_bytes);
+  check_aligned(topk.ids, topk.ids_int64 ? 8 : 4, "topk ids");
+  check_aligned(topk.weights, 4, "topk weights");
+  if (num_tokens == 0) return;
+  const kernels::RouteInput in{.logits = nullptr,
+                               .topk_ids = topk.ids,
+                               .topk_weights = topk.weights,
+                               .local_experts = impl_->local_experts,
+                               .routed_experts = impl_->routed_experts,
+                               .ids_int64 = topk.ids_int64 ? 1 : 0};
+  impl_->with_launch(num_tokens, plan, true, [&](const LayerLaunch& launch) {
+    impl_->run(x, in, out, num_tokens, workspace, stream, launch);
   });
 }
 
 RoutingView MoeRunner::routing(void* workspace, int num_tokens) const {
-  const WorkspaceLayout layout = WorkspaceLayout::of(impl_->shape, num_tokens);
+  const WorkspaceLayout layout = WorkspaceLayout::of(impl_->shape, impl_->routed_experts, num_tokens);
   const kernels::RouteBuffers r = layout.route(workspace);
   return {r.topk_experts, r.topk_weights, r.expert_counts, r.expert_offsets, r.sorted_pairs, r.pair_rows,
           reinterpret_cast<const float*>(static_cast<unsigned char*>(workspace) + layout.logits)};

@@ -5,7 +5,7 @@
 
 namespace mxmoe {
 
-WorkspaceLayout WorkspaceLayout::of(const MoeShape& shape, int num_tokens) {
+WorkspaceLayout WorkspaceLayout::of(const MoeShape& shape, int routed_experts, int num_tokens) {
   const size_t tokens = static_cast<size_t>(num_tokens), pairs = tokens * shape.top_k;
   const size_t experts = shape.num_experts;
   WorkspaceLayout w;
@@ -15,7 +15,7 @@ WorkspaceLayout WorkspaceLayout::of(const MoeShape& shape, int num_tokens) {
     at += (bytes + 255) / 256 * 256;
     return offset;
   };
-  w.logits = take(tokens * experts * 4);
+  w.logits = take(tokens * static_cast<size_t>(routed_experts) * 4);
   w.topk_experts = take(pairs * 4);
   w.topk_weights = take(pairs * 4);
   w.expert_counts = take(experts * 4);

@@ -11,7 +11,7 @@
 namespace mxmoe {
 
 struct WorkspaceLayout {
-  size_t logits = 0;        // fp32 [T, E] (forward from router weights)
+  size_t logits = 0;        // fp32 [T, R] (forward from router weights; R: the routed experts)
   size_t topk_experts = 0;  // int [pairs]
   size_t topk_weights = 0;  // fp32 [pairs]
   size_t expert_counts = 0, expert_offsets = 0, active_experts = 0, tile_offsets = 0;
@@ -24,7 +24,7 @@ struct WorkspaceLayout {
   size_t expert_out = 0;    // fp32 [kMaxKSplit][pairs, H]: FC2's partial outputs
   size_t total = 0;
 
-  static WorkspaceLayout of(const MoeShape& shape, int num_tokens);
+  static WorkspaceLayout of(const MoeShape& shape, int routed_experts, int num_tokens);
   kernels::RouteBuffers route(void* base) const;
   // Stage s's (0: FC1, 1: FC2) stream-K partial sums and flags.
   float* stream_partials_of(void* base, int stage) const;

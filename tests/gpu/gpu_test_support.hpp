@@ -1,15 +1,22 @@
-// Helpers for the GPU tests: skipping without a GPU, device arrays, and synthetic layers shared by
-// the tests of one process (a gpt-oss-120b layer is 1.6 GB to generate and pack).
+// Helpers for the GPU tests: skipping without a GPU, device arrays, synthetic layers shared by the
+// tests of one process (a gpt-oss-120b layer is 1.6 GB to generate and pack), the plans every test
+// runs, and the comparison of an output with the reference.
 #pragma once
 
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "common/random.hpp"
+#include "device/current_device.hpp"
 #include "mxmoe/device.hpp"
 #include "mxmoe/reference.hpp"
 #include "mxmoe/runner.hpp"
@@ -66,6 +73,55 @@ inline const TestLayer& test_layer(const MoeShape& shape, uint64_t seed) {
     slot->runner = std::make_unique<MoeRunner>(slot->weights);
   }
   return *slot;
+}
+
+constexpr double kMaxRelativeError = 1e-2;  // bf16 activations (../shared/docs/BENCHMARK.md)
+
+inline std::vector<float> random_logits(int tokens, int experts, uint64_t seed) {
+  SplitMix64 rng(seed);
+  std::vector<float> logits(static_cast<size_t>(tokens) * experts);
+  for (auto& v : logits) v = static_cast<float>(rng.normal());
+  return logits;
+}
+
+// Every element written, relative error by norm under 1e-2, and no element far off on its own.
+inline void expect_close(const std::vector<Bf16>& gpu, const std::vector<float>& ref, const std::string& what) {
+  ASSERT_EQ(gpu.size(), ref.size()) << what;
+  std::vector<double> ref64(ref.begin(), ref.end());
+  std::vector<float> got(gpu.size());
+  size_t unwritten = 0;
+  double power = 0.0;
+  for (size_t i = 0; i < gpu.size(); ++i) {
+    got[i] = bf16_to_float(gpu[i]);
+    unwritten += std::isnan(got[i]);
+    power += ref64[i] * ref64[i];
+  }
+  EXPECT_EQ(unwritten, 0u) << what << ": outputs left NaN";
+  const double rel = relative_error(got, ref64);
+  EXPECT_LT(rel, kMaxRelativeError) << what;
+  const double rms = std::sqrt(power / std::max<size_t>(1, ref.size()));
+  size_t far = 0, first_far = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (!(std::fabs(got[i] - ref64[i]) <= 0.05 * (std::fabs(ref64[i]) + rms)) && far++ == 0) first_far = i;
+  }
+  EXPECT_EQ(far, 0u) << what << ": first at element " << first_far << " (gpu " << got[first_far] << ", reference "
+                     << ref[first_far] << ")";
+}
+
+// Every valid tactic of this device's arch for both stages (a whole-layer one is the whole layer),
+// FC2 K splits (as many as FC2's K tiles allow), and the runner's own choice (nullopt).
+inline std::vector<std::pair<std::string, std::optional<LayerPlan>>> plans_to_test(const MoeShape& shape) {
+  std::vector<std::pair<std::string, std::optional<LayerPlan>>> plans{{"heuristic", std::nullopt}};
+  const int fc2_k_tiles = (shape.intermediate + 63) / 64;
+  for (const Tactic& t : valid_tactics(current_device_arch().arch->name)) {
+    plans.emplace_back(t.name(), LayerPlan{t, t});
+    // no K split: a whole-layer launch's FC1 and FC2 items share it; a stream-K GEMV splits K itself
+    if (LayerPlan{t, t}.whole_layer() || t.family == "sk") continue;
+    Tactic split = t;
+    split.k_split = std::min(t.family == "gemv" ? kMaxKSplit : 2, fc2_k_tiles);
+    plans.emplace_back(t.name() + "+fc2." + split.name(), LayerPlan{t, split});
+  }
+  return plans;
 }
 
 }  // namespace mxmoe::test

@@ -23,15 +23,9 @@ namespace mxmoe {
 namespace {
 
 using test::DeviceArray;
-
-constexpr double kMaxRelativeError = 1e-2;  // bf16 activations (../shared/docs/BENCHMARK.md)
-
-std::vector<float> random_logits(int tokens, int experts, uint64_t seed) {
-  SplitMix64 rng(seed);
-  std::vector<float> logits(static_cast<size_t>(tokens) * experts);
-  for (auto& v : logits) v = static_cast<float>(rng.normal());
-  return logits;
-}
+using test::expect_close;
+using test::plans_to_test;
+using test::random_logits;
 
 struct GpuResult {
   std::vector<Bf16> out;
@@ -78,30 +72,6 @@ GpuResult run_gpu(const MoeRunner& runner, const std::vector<Bf16>& x, int token
   return r;
 }
 
-// Every element written, relative error by norm under 1e-2, and no element far off on its own.
-void expect_close(const std::vector<Bf16>& gpu, const std::vector<float>& ref, const std::string& what) {
-  ASSERT_EQ(gpu.size(), ref.size()) << what;
-  std::vector<double> ref64(ref.begin(), ref.end());
-  std::vector<float> got(gpu.size());
-  size_t unwritten = 0;
-  double power = 0.0;
-  for (size_t i = 0; i < gpu.size(); ++i) {
-    got[i] = bf16_to_float(gpu[i]);
-    unwritten += std::isnan(got[i]);
-    power += ref64[i] * ref64[i];
-  }
-  EXPECT_EQ(unwritten, 0u) << what << ": outputs left NaN";
-  const double rel = relative_error(got, ref64);
-  EXPECT_LT(rel, kMaxRelativeError) << what;
-  const double rms = std::sqrt(power / std::max<size_t>(1, ref.size()));
-  size_t far = 0, first_far = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    if (!(std::fabs(got[i] - ref64[i]) <= 0.05 * (std::fabs(ref64[i]) + rms)) && far++ == 0) first_far = i;
-  }
-  EXPECT_EQ(far, 0u) << what << ": first at element " << first_far << " (gpu " << got[first_far] << ", reference "
-                     << ref[first_far] << ")";
-}
-
 // The routing equals the reference's, and the permutation is the expert-sorted, pair-ordered one.
 void expect_routing(const GpuResult& g, const Routing& cpu, int num_experts, const std::string& what) {
   ASSERT_EQ(g.topk_experts, std::vector<int>(cpu.experts.begin(), cpu.experts.end())) << what;
@@ -121,22 +91,6 @@ void expect_routing(const GpuResult& g, const Routing& cpu, int num_experts, con
     }
   }
   for (int row = 0; row < pairs; ++row) ASSERT_EQ(g.pair_rows[g.sorted_pairs[row]], row) << what;
-}
-
-// Every valid tactic of this device's arch for both stages (a whole-layer one is the whole layer),
-// FC2 K splits (as many as FC2's K tiles allow), and the runner's own choice (nullopt).
-std::vector<std::pair<std::string, std::optional<LayerPlan>>> plans_to_test(const MoeShape& shape) {
-  std::vector<std::pair<std::string, std::optional<LayerPlan>>> plans{{"heuristic", std::nullopt}};
-  const int fc2_k_tiles = (shape.intermediate + 63) / 64;
-  for (const Tactic& t : valid_tactics(current_device_arch().arch->name)) {
-    plans.emplace_back(t.name(), LayerPlan{t, t});
-    // no K split: a whole-layer launch's FC1 and FC2 items share it; a stream-K GEMV splits K itself
-    if (LayerPlan{t, t}.whole_layer() || t.family == "sk") continue;
-    Tactic split = t;
-    split.k_split = std::min(t.family == "gemv" ? kMaxKSplit : 2, fc2_k_tiles);
-    plans.emplace_back(t.name() + "+fc2." + split.name(), LayerPlan{t, split});
-  }
-  return plans;
 }
 
 struct LayerCase {
