@@ -32,7 +32,7 @@ while [ $# -gt 0 ]; do
       summary+=("gpu tests: rc=$rc, $(grep -E '^\[  (PASSED|FAILED)  \]|tests? ran' "$out/gpu-tests.log" | tr '\n' ' ')")
       ;;
     sanitizer)
-      filter='*odd_E5*:*GpuDequant*:*GpuLayerArguments*:*gpt_oss_20b_T1:*gpt_oss_20b_T9:*gpt_oss_120b_T5:*GpuLayerGraph*'
+      filter='*odd_E5*:*GpuDequant*:*GpuLayerArguments*:*GpuEngineFormArguments*:*GpuEngineFormGraph*:*gpt_oss_20b_T1:*gpt_oss_20b_T9:*gpt_oss_120b_T5:*GpuLayerGraph*'
       timeout "${MXMOE_TEST_LIMIT_S:-300}" compute-sanitizer --tool memcheck --error-exitcode 9 build/tests/mxmoe_gpu_tests --gtest_filter="$filter" \
         > "$out/sanitizer.log" 2>&1
       rc=$?; status=$((status | rc))

@@ -43,7 +43,8 @@ class Shape(NamedTuple):
 
 
 class Weights:
-    """One MoE layer's weights with MXFP4 experts, held on the host."""
+    """One MoE layer's weights with MXFP4 experts, held on the host. `shape.num_experts` counts the
+    experts held; an expert-parallel shard holds some of the layer's `routed_experts`."""
 
     def __init__(self, core: _mxmoe.Weights):
         self._core = core
@@ -51,6 +52,16 @@ class Weights:
     @property
     def shape(self) -> Shape:
         return Shape(*self._core.shape)
+
+    @property
+    def routed_experts(self) -> int:
+        """The experts the routing picks among: the layer's (a shard's router scores all of them)."""
+        return self._core.routed_experts
+
+    @property
+    def global_experts(self) -> list[int]:
+        """The layer's id of each expert held (0..E-1 for a whole layer)."""
+        return list(self._core.global_experts)
 
     def tensor_parallel_shard(self, rank: int, world: int) -> Weights:
         """Rank `rank` of `world` tensor-parallel shards: a slice of the intermediate dimension (its
@@ -62,9 +73,35 @@ class Weights:
             raise ValueError(f"rank: expected 0 <= rank < world, got rank {rank} of world {world}")
         return Weights(self._core.tensor_parallel_shard(rank, world))
 
+    def expert_parallel_shard(self, rank: int, world: int) -> Weights:
+        """Rank `rank` of `world` expert-parallel shards: the experts [E rank / world, E (rank + 1) / world)
+        of the layer's E, with the whole router. Routing still picks among all E; pairs routed to experts
+        another rank holds add nothing, so the shards' outputs sum to the layer's."""
+        _check_int("rank", rank)
+        _check_int("world", world)
+        if world < 1 or not 0 <= rank < world:
+            raise ValueError(f"rank: expected 0 <= rank < world, got rank {rank} of world {world}")
+        if self.routed_experts // world < self.shape.top_k:
+            raise ValueError(f"world: {self.routed_experts} experts over {world} ranks leaves a rank fewer experts "
+                             f"than the top-k ({self.shape.top_k})")
+        return Weights(self._core.expert_parallel_shard(rank, world))
+
+    def expert_shard(self, experts) -> Weights:
+        """The shard holding the layer's experts `experts` (distinct ids, in any order: held expert e is
+        experts[e]), with the whole router: an expert-parallel placement of the caller's choosing."""
+        ids = [int(e) for e in experts]
+        if len(set(ids)) != len(ids) or any(not 0 <= e < self.routed_experts for e in ids):
+            raise ValueError(f"experts: expected distinct ids in [0, {self.routed_experts}), got {ids}")
+        if len(ids) < self.shape.top_k:
+            raise ValueError(f"experts: expected at least the top-k ({self.shape.top_k}) experts, got {len(ids)}")
+        if self.global_experts != list(range(self.routed_experts)):
+            raise ValueError("experts: these weights are already an expert-parallel shard")
+        return Weights(self._core.expert_shard(ids))
+
     def __repr__(self) -> str:
         s = self.shape
-        return f"mxmoe.Weights(E={s.num_experts}, k={s.top_k}, H={s.hidden}, I={s.intermediate})"
+        shard = "" if self.routed_experts == s.num_experts else f" of {self.routed_experts}"
+        return f"mxmoe.Weights(E={s.num_experts}{shard}, k={s.top_k}, H={s.hidden}, I={s.intermediate})"
 
 
 def load_checkpoint(path: str, layer: int = 0, *, scheme: str | None = None,
@@ -175,22 +212,23 @@ class CpuLayer:
         self.shape = weights.shape
 
     def __call__(self, x, router_logits=None) -> np.ndarray:
-        """The whole layer: routing (from the layer's router, or from `router_logits` [T, E] float32),
-        the experts and the weighted sum."""
+        """The whole layer: routing (from the layer's router, or from `router_logits` [T, R] float32, R
+        the routed experts), the experts and the weighted sum."""
         core = self._live()
         bits = self._input(x)
         logits = None
         if router_logits is not None:
             logits = _as_float32(router_logits, "router_logits")
-            _expect_shape(logits, (bits.shape[0], self.shape.num_experts), "router_logits")
+            _expect_shape(logits, (bits.shape[0], core.routed_experts), "router_logits")
         return _bf16_bits_to_float32(_mxmoe.cpu_forward(core._core, bits, logits))
 
     def experts(self, x, topk_ids, topk_weights) -> np.ndarray:
         """The engine form: the experts and the weighted sum for the caller's routing, topk_ids [T, k]
-        (integers in [0, E); k the layer's top-k) and topk_weights [T, k]."""
+        (integers in [0, R), or -1 for a slot that goes to no expert; k the layer's top-k) and
+        topk_weights [T, k]."""
         core = self._live()
         bits = self._input(x)
-        ids, weights = _check_routing(topk_ids, topk_weights, bits.shape[0], self.shape)
+        ids, weights = _check_routing(topk_ids, topk_weights, bits.shape[0], self.shape, core.routed_experts)
         return _bf16_bits_to_float32(_mxmoe.cpu_experts(core._core, bits, ids, weights))
 
     def free(self) -> None:
@@ -309,15 +347,14 @@ def _bf16_bits_to_float32(bits: np.ndarray) -> np.ndarray:
     return (bits.astype(np.uint32) << 16).view(np.float32)
 
 
-def _check_routing(topk_ids, topk_weights, tokens: int, shape: Shape):
-    num_experts = shape.num_experts
+def _check_routing(topk_ids, topk_weights, tokens: int, shape: Shape, routed_experts: int):
     ids = _to_numpy(topk_ids, "topk_ids")
     if not np.issubdtype(ids.dtype, np.integer):
         raise TypeError(f"topk_ids: expected integers, got {ids.dtype}")
     if ids.shape != (tokens, shape.top_k):
         raise ValueError(f"topk_ids: expected [{tokens}, {shape.top_k}] (tokens, the layer's top-k), got {list(ids.shape)}")
-    if ids.size and (ids.min() < 0 or ids.max() >= num_experts):
-        raise ValueError(f"topk_ids: expected expert ids in [0, {num_experts}), got values in "
+    if ids.size and (ids.min() < -1 or ids.max() >= routed_experts):
+        raise ValueError(f"topk_ids: expected expert ids in [0, {routed_experts}) or -1 (no expert), got values in "
                          f"[{ids.min()}, {ids.max()}]")
     weights = _as_float32(topk_weights, "topk_weights")
     _expect_shape(weights, ids.shape, "topk_weights")

@@ -5,9 +5,10 @@ PyTorch's current stream, with no host synchronisation, so that it can be captur
     layer = mxmoe.torch.MoeLayer(mxmoe.load_checkpoint(path, layer=3), device="cuda")
     y = layer(x)                     # x [T, H] bf16 on that device -> y [T, H] bf16
     y = layer(x, router_logits)      # router_logits [T, E] float32
+    y = layer.experts(x, topk_ids, topk_weights)   # the engine form: routing done by the caller
 
-The call is the custom op torch.ops.mxmoe.layer (with a fake implementation), so torch.compile
-traces a model that uses it (fullgraph too). The extension takes device pointers and a stream handle,
+The calls are the custom ops torch.ops.mxmoe.layer and torch.ops.mxmoe.experts (with fake
+implementations), so torch.compile traces a model that uses them (fullgraph too). The extension takes device pointers and a stream handle,
 so it does not depend on the PyTorch version; the workspace comes from PyTorch's allocator, which a
 graph capture gives its own pool.
 """
@@ -15,6 +16,7 @@ graph capture gives its own pool.
 from __future__ import annotations
 
 import itertools
+import weakref
 from typing import Optional
 
 import torch
@@ -24,8 +26,9 @@ from . import _mxmoe
 
 __all__ = ["MoeLayer"]
 
-# Custom ops take tensors and plain values: a layer is passed as its handle, a key of this table.
-_LAYERS: dict[int, "MoeLayer"] = {}
+# Custom ops take tensors and plain values: a layer is passed as its handle, a key of this table,
+# which does not keep the layer alive (a layer dropped without free() releases its device memory).
+_LAYERS: "weakref.WeakValueDictionary[int, MoeLayer]" = weakref.WeakValueDictionary()
 _HANDLES = itertools.count(1)
 
 
@@ -46,6 +49,7 @@ class MoeLayer(torch.nn.Module):
             device = torch.device("cuda", torch.cuda.current_device())
         self.device = device
         self.shape = weights.shape
+        self.routed_experts = weights.routed_experts
         self._runner = _mxmoe.Runner(weights._core, device.index)
         self._freed = False  # a Python flag, which torch.compile can trace (the extension's objects it cannot)
         self._handle = next(_HANDLES)
@@ -58,13 +62,37 @@ class MoeLayer(torch.nn.Module):
         self._check_live()
         _check_tensor(x, "x", torch.bfloat16, self.device, (None, self.shape.hidden))
         if router_logits is not None:
-            _check_tensor(router_logits, "router_logits", torch.float32, self.device, (x.shape[0], self.shape.num_experts))
+            _check_tensor(router_logits, "router_logits", torch.float32, self.device, (x.shape[0], self.routed_experts))
         return torch.ops.mxmoe.layer(x, router_logits, self._handle)
 
-    def experts(self, x, topk_ids, topk_weights):
-        """The engine form (routing by the caller) is not built for the GPU layer yet."""
-        raise NotImplementedError("mxmoe.torch.MoeLayer has no engine form yet: give the layer router logits "
-                                  "(layer(x, router_logits)), or use mxmoe.CpuLayer's")
+    def experts(self, x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor,
+                check_ids: Optional[bool] = None) -> torch.Tensor:
+        """The engine form, as vLLM's and SGLang's fused-MoE expert calls take it: the experts and the
+        weighted sum per token for the caller's routing. topk_ids [T, k] int32 or int64: each slot's
+        expert among the layer's routed experts (an expert-parallel shard's are the whole layer's), or
+        -1 for a slot that goes to no expert; k the layer's top-k. topk_weights [T, k] float32 (bf16
+        and float16 are converted). On the device, a slot whose expert this layer does not hold, or
+        whose id is outside [0, routed_experts), adds nothing.
+
+        `check_ids`: whether to raise ValueError for ids outside [-1, routed_experts) first, which reads
+        them on the host (a synchronisation). None: check in eager calls, not inside a graph capture or
+        torch.compile; an engine passes False to stay free of synchronisation."""
+        self._check_live()
+        _check_tensor(x, "x", torch.bfloat16, self.device, (None, self.shape.hidden))
+        tokens = x.shape[0]
+        if not isinstance(topk_ids, torch.Tensor) or topk_ids.dtype not in (torch.int32, torch.int64):
+            got = topk_ids.dtype if isinstance(topk_ids, torch.Tensor) else type(topk_ids).__name__
+            raise TypeError(f"topk_ids: expected torch.int32 or torch.int64, got {got}")
+        _check_tensor(topk_ids, "topk_ids", topk_ids.dtype, self.device, (tokens, self.shape.top_k))
+        if isinstance(topk_weights, torch.Tensor) and topk_weights.dtype in (torch.bfloat16, torch.float16):
+            topk_weights = topk_weights.float()
+        _check_tensor(topk_weights, "topk_weights", torch.float32, self.device, (tokens, self.shape.top_k))
+        if check_ids is None:
+            check_ids = not (torch.compiler.is_compiling() or torch.cuda.is_current_stream_capturing())
+        if check_ids and tokens and bool(((topk_ids < -1) | (topk_ids >= self.routed_experts)).any()):
+            raise ValueError(f"topk_ids: expected expert ids in [0, {self.routed_experts}) or -1 (no expert), got "
+                             f"values in [{int(topk_ids.min())}, {int(topk_ids.max())}]")
+        return torch.ops.mxmoe.experts(x, topk_ids, topk_weights, self._handle)
 
     def free(self) -> None:
         """Frees the layer's device memory now; a later call raises ValueError."""
@@ -74,7 +102,8 @@ class MoeLayer(torch.nn.Module):
 
     def extra_repr(self) -> str:
         s = self.shape
-        return f"E={s.num_experts}, k={s.top_k}, H={s.hidden}, I={s.intermediate}, device={self.device}"
+        shard = "" if self.routed_experts == s.num_experts else f" of {self.routed_experts}"
+        return f"E={s.num_experts}{shard}, k={s.top_k}, H={s.hidden}, I={s.intermediate}, device={self.device}"
 
     def _check_live(self) -> None:
         if self._freed:
@@ -113,4 +142,26 @@ def _layer(x: torch.Tensor, router_logits: Optional[torch.Tensor], handle: int) 
 
 @_layer.register_fake
 def _(x: torch.Tensor, router_logits: Optional[torch.Tensor], handle: int) -> torch.Tensor:
+    return torch.empty_like(x)
+
+
+@torch.library.custom_op("mxmoe::experts", mutates_args=())
+def _experts(x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor, handle: int) -> torch.Tensor:
+    layer = _LAYERS.get(handle)
+    if layer is None:
+        raise ValueError("layer: this layer was freed")
+    tokens = x.shape[0]
+    out = torch.empty_like(x)
+    if tokens == 0:
+        return out
+    workspace = torch.empty(layer._runner.workspace_size(tokens), dtype=torch.uint8, device=x.device)
+    stream = torch.cuda.current_stream(x.device).cuda_stream
+    layer._runner.forward_experts(x.data_ptr(), topk_ids.data_ptr(), topk_ids.dtype == torch.int64,
+                                  topk_weights.data_ptr(), out.data_ptr(), tokens, workspace.data_ptr(),
+                                  workspace.numel(), stream)
+    return out
+
+
+@_experts.register_fake
+def _(x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor, handle: int) -> torch.Tensor:
     return torch.empty_like(x)

@@ -8,6 +8,7 @@
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
 
 #include <cstring>
 #include <memory>
@@ -37,6 +38,7 @@ struct Weights {
     const MoeShape& s = w->shape;
     return nb::make_tuple(s.num_experts, s.top_k, s.hidden, s.intermediate);
   }
+  static Weights of(MoeLayerWeights weights) { return {std::make_shared<MoeLayerWeights>(std::move(weights))}; }
 };
 
 template <typename Array>
@@ -80,17 +82,15 @@ Weights from_bf16_experts(const Bf16Array<2>& router_weight, const Bf16Array<1>&
   const MoeShape shape{static_cast<int>(gate_up.shape(0)), top_k, static_cast<int>(gate_up.shape(1)),
                        static_cast<int>(gate_up.shape(2) / 2), 1};
   const std::vector<Bf16> gate_up_v = bf16_vector(gate_up), down_v = bf16_vector(down);
-  return {std::make_shared<MoeLayerWeights>(quantize_bf16_experts(shape, bf16_vector(router_weight),
-                                                                  bf16_vector(router_bias), gate_up_v,
-                                                                  bf16_vector(gate_up_bias), down_v,
-                                                                  bf16_vector(down_bias)))};
+  return Weights::of(quantize_bf16_experts(shape, bf16_vector(router_weight), bf16_vector(router_bias), gate_up_v,
+                                           bf16_vector(gate_up_bias), down_v, bf16_vector(down_bias)));
 }
 
 Weights load_checkpoint(const std::string& path, int layer, std::optional<std::string> scheme, bool quantize) {
   LoadOptions options;
   if (scheme) options.scheme = parse_scheme(*scheme);
   options.quantize_bf16_experts = quantize;
-  return {std::make_shared<MoeLayerWeights>(load_gpt_oss_layer(Checkpoint::open(path), layer, options).weights)};
+  return Weights::of(load_gpt_oss_layer(Checkpoint::open(path), layer, options).weights);
 }
 
 // A new NumPy array of bf16 bits [rows, cols] holding `values`.
@@ -113,7 +113,8 @@ auto cpu_forward(const Weights& weights, const Bf16Array<2>& x, std::optional<Ho
   return bf16_result(std::move(r.out_bf16), x.shape(0), x.shape(1));
 }
 
-// The engine form on the CPU: the caller's top-k (ids already checked to be in [0, E)).
+// The engine form on the CPU: the caller's top-k (ids already checked to be in [-1, routed experts);
+// -1 is kNoExpert).
 auto cpu_experts(const Weights& weights, const Bf16Array<2>& x, const HostArray<int64_t>& topk_ids,
                  const HostArray<float>& topk_weights) {
   Routing routing;
@@ -153,6 +154,7 @@ class Runner {
     DeviceScope scope(device_);
     live().prepare(tokens);
   }
+  int routed_experts() const { return live().routed_experts(); }
   // Pointers are device addresses on this runner's device; `logits` 0 computes the router logits.
   void forward(uintptr_t x, uintptr_t logits, uintptr_t out, int tokens, uintptr_t workspace, size_t workspace_bytes,
                uintptr_t stream) const {
@@ -166,6 +168,15 @@ class Runner {
     } else {
       live().forward(xp, op, tokens, reinterpret_cast<void*>(workspace), workspace_bytes, s);
     }
+  }
+  // The engine form: ids [T, k] int32 or int64 and weights [T, k] fp32, device addresses.
+  void forward_experts(uintptr_t x, uintptr_t ids, bool ids_int64, uintptr_t weights, uintptr_t out, int tokens,
+                       uintptr_t workspace, size_t workspace_bytes, uintptr_t stream) const {
+    DeviceScope scope(device_);
+    live().forward_experts(reinterpret_cast<const __nv_bfloat16*>(x),
+                           GivenTopK{reinterpret_cast<const void*>(ids), ids_int64, reinterpret_cast<const float*>(weights)},
+                           reinterpret_cast<__nv_bfloat16*>(out), tokens, reinterpret_cast<void*>(workspace),
+                           workspace_bytes, reinterpret_cast<cudaStream_t>(stream));
   }
 
  private:
@@ -195,11 +206,24 @@ NB_MODULE(_mxmoe, m) {
   nb::exception<Error>(m, "Error", PyExc_RuntimeError);
   nb::class_<Weights>(m, "Weights")
       .def_prop_ro("shape", &Weights::shape, "(num_experts, top_k, hidden, intermediate)")
+      .def_prop_ro("routed_experts", [](const Weights& w) { return w.w->num_routed_experts(); })
+      .def_prop_ro("global_experts",
+                   [](const Weights& w) {
+                     std::vector<int> ids(w.w->shape.num_experts);
+                     for (size_t e = 0; e < ids.size(); ++e) {
+                       ids[e] = w.w->global_experts.empty() ? static_cast<int>(e) : w.w->global_experts[e];
+                     }
+                     return ids;
+                   })
       .def("tensor_parallel_shard",
-           [](const Weights& w, int rank, int world) {
-             return Weights{std::make_shared<MoeLayerWeights>(tensor_parallel_shard(*w.w, rank, world))};
-           },
-           "rank"_a, "world"_a);
+           [](const Weights& w, int rank, int world) { return Weights::of(tensor_parallel_shard(*w.w, rank, world)); },
+           "rank"_a, "world"_a)
+      .def("expert_parallel_shard",
+           [](const Weights& w, int rank, int world) { return Weights::of(expert_parallel_shard(*w.w, rank, world)); },
+           "rank"_a, "world"_a)
+      .def("expert_shard",
+           [](const Weights& w, const std::vector<int32_t>& experts) { return Weights::of(expert_shard(*w.w, experts)); },
+           "experts"_a);
   m.def("load_checkpoint", &load_checkpoint, "path"_a, "layer"_a, "scheme"_a.none(), "quantize_bf16_experts"_a);
   m.def("weights_from_mxfp4", &from_mxfp4_arrays, "router_weight"_a, "router_bias"_a, "fc1_blocks"_a, "fc1_scales"_a,
         "fc1_bias"_a, "fc2_blocks"_a, "fc2_scales"_a, "fc2_bias"_a, "top_k"_a);
@@ -207,8 +231,7 @@ NB_MODULE(_mxmoe, m) {
         "gate_up_bias"_a, "down"_a, "down_bias"_a, "top_k"_a);
   m.def("synthetic_weights",
         [](int experts, int top_k, int hidden, int intermediate, uint64_t seed) {
-          return Weights{std::make_shared<MoeLayerWeights>(
-              make_synthetic_layer(MoeShape{experts, top_k, hidden, intermediate, 1}, seed))};
+          return Weights::of(make_synthetic_layer(MoeShape{experts, top_k, hidden, intermediate, 1}, seed));
         },
         "num_experts"_a, "top_k"_a, "hidden"_a, "intermediate"_a, "seed"_a);
   m.def("cpu_forward", &cpu_forward, "weights"_a, "x"_a, "router_logits"_a.none());
@@ -219,8 +242,11 @@ NB_MODULE(_mxmoe, m) {
       .def_prop_ro("device", &Runner::device)
       .def_prop_ro("freed", &Runner::freed)
       .def("free", &Runner::free)
+      .def_prop_ro("routed_experts", &Runner::routed_experts)
       .def("workspace_size", &Runner::workspace_size, "tokens"_a)
       .def("prepare", &Runner::prepare, "tokens"_a)
       .def("forward", &Runner::forward, "x"_a, "router_logits"_a, "out"_a, "tokens"_a, "workspace"_a,
-           "workspace_bytes"_a, "stream"_a);
+           "workspace_bytes"_a, "stream"_a)
+      .def("forward_experts", &Runner::forward_experts, "x"_a, "topk_ids"_a, "ids_int64"_a, "topk_weights"_a, "out"_a,
+           "tokens"_a, "workspace"_a, "workspace_bytes"_a, "stream"_a);
 }

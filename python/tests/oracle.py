@@ -67,8 +67,10 @@ def routing(t: dict, x: np.ndarray, top_k: int):
     return ids, weights / weights.sum(axis=1, keepdims=True)
 
 
-def layer(t: dict, x_bits: np.ndarray, top_k: int | None = None, ids=None, weights=None) -> np.ndarray:
-    """The layer's output in float64 (before its final bf16 rounding) for bf16 inputs."""
+def layer(t: dict, x_bits: np.ndarray, top_k: int | None = None, ids=None, weights=None,
+          held=None) -> np.ndarray:
+    """The layer's output in float64 (before its final bf16 rounding) for bf16 inputs. Slots with id -1,
+    and with `held` (an expert-parallel shard's experts) those routed to experts not in it, add nothing."""
     x = from_bf16_bits(x_bits)
     if ids is None:
         ids, weights = routing(t, x, top_k)
@@ -79,6 +81,8 @@ def layer(t: dict, x_bits: np.ndarray, top_k: int | None = None, ids=None, weigh
     for token in range(x.shape[0]):
         for slot in range(ids.shape[1]):
             e = ids[token, slot]
+            if e < 0 or (held is not None and e not in held):
+                continue
             h1 = w1[e] @ x[token] + b1[e]
             glu, lin = np.minimum(h1[0::2], 7.0), np.clip(h1[1::2], -7.0, 7.0)
             a = glu / (1.0 + np.exp(-1.702 * glu)) * (lin + 1.0)

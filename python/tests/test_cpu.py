@@ -1,5 +1,6 @@
 """The package on the CPU (NumPy): every way of giving the weights, the layer and the engine form
-against a float64 NumPy evaluation, tensor-parallel shards, a checkpoint round trip, and bad input."""
+against a float64 NumPy evaluation, tensor- and expert-parallel shards, a checkpoint round trip, and
+bad input."""
 
 from __future__ import annotations
 
@@ -84,6 +85,7 @@ def test_engine_form_matches_float64_for_the_callers_routing():
     layer = mxmoe.CpuLayer(mxmoe.weights_from_tensors(t, top_k=k))
     x = rng.normal(size=(11, 256)).astype(np.float32)
     ids = rng.integers(0, 32, size=(11, k))  # repeats allowed: each pair counts
+    ids[::3, 1] = -1  # slots that go to no expert (an engine's padding)
     weights = rng.random(size=(11, k)).astype(np.float32)
     y = mxmoe.experts(x, ids, weights, layer)
     expected = oracle.layer(t, oracle.bf16_bits(x), ids=ids, weights=weights.astype(np.float64))
@@ -117,6 +119,52 @@ def test_tensor_parallel_shards_sum_to_the_layer(world):
         assert shard.shape.intermediate % 32 == 0
         total += mxmoe.CpuLayer(shard)(x)
     assert oracle.relative_error(total, full) < 1e-2  # world bf16 roundings of partial sums
+
+
+@pytest.mark.parametrize("world", [2, 3, 4])
+def test_expert_parallel_shards_sum_to_the_layer(world):
+    t, k, rng = make(SHAPES[1], 9)
+    weights = mxmoe.weights_from_tensors(t, top_k=k)
+    x = rng.normal(size=(9, 256)).astype(np.float32)
+    ids = rng.integers(-1, 32, size=(9, k))
+    given = rng.random(size=(9, k)).astype(np.float32)
+    full = oracle.layer(t, oracle.bf16_bits(x), k)
+    full_given = oracle.layer(t, oracle.bf16_bits(x), ids=ids, weights=given.astype(np.float64))
+    total, total_given = np.zeros_like(full), np.zeros_like(full)
+    for rank in range(world):
+        shard = weights.expert_parallel_shard(rank, world)
+        held = list(range(32 * rank // world, 32 * (rank + 1) // world))
+        assert shard.global_experts == held and shard.routed_experts == 32 and shard.shape.num_experts == len(held)
+        layer = mxmoe.CpuLayer(shard)
+        y, y_given = layer(x), mxmoe.experts(x, ids, given, layer)
+        assert oracle.relative_error(y, oracle.layer(t, oracle.bf16_bits(x), k, held=held)) < BF16_OUTPUT_TOLERANCE
+        assert oracle.relative_error(
+            y_given, oracle.layer(t, oracle.bf16_bits(x), ids=ids, weights=given.astype(np.float64), held=held)
+        ) < BF16_OUTPUT_TOLERANCE
+        total += y
+        total_given += y_given
+    assert oracle.relative_error(total, full) < 1e-2  # world bf16 roundings of partial sums
+    assert oracle.relative_error(total_given, full_given) < 1e-2
+
+
+def test_an_expert_shard_of_any_experts():
+    t, k, rng = make(SHAPES[0], 10)
+    weights = mxmoe.weights_from_tensors(t, top_k=k)
+    x = rng.normal(size=(6, 96)).astype(np.float32)
+    shard = weights.expert_shard([4, 0, 2])
+    assert shard.global_experts == [4, 0, 2]
+    y = mxmoe.CpuLayer(shard)(x)
+    assert oracle.relative_error(y, oracle.layer(t, oracle.bf16_bits(x), k, held=[4, 0, 2])) < BF16_OUTPUT_TOLERANCE
+    with pytest.raises(ValueError, match="distinct ids"):
+        weights.expert_shard([1, 1, 2])
+    with pytest.raises(ValueError, match="distinct ids"):
+        weights.expert_shard([0, 1, 5])
+    with pytest.raises(ValueError, match="at least the top-k"):
+        weights.expert_shard([0, 1])
+    with pytest.raises(ValueError, match="already an expert-parallel shard"):
+        shard.expert_shard([0, 1, 2])
+    with pytest.raises(ValueError, match="fewer experts than the top-k"):
+        weights.expert_parallel_shard(0, 2)  # 5 experts over 2 ranks: 2 each, top-3
 
 
 def test_checkpoint_round_trip(tmp_path):
@@ -154,10 +202,10 @@ def test_bad_input_names_the_argument():
         layer(np.zeros((96,), np.float32))
     with pytest.raises(ValueError, match="router_logits: expected shape"):
         layer(x, router_logits=np.zeros((3, 4), np.float32))
-    with pytest.raises(ValueError, match=r"topk_ids: expected expert ids in \[0, 5\)"):
+    with pytest.raises(ValueError, match=r"topk_ids: expected expert ids in \[0, 5\) or -1"):
         mxmoe.experts(x, ids + 5, w, layer)
     with pytest.raises(ValueError, match="topk_ids: expected expert ids"):
-        mxmoe.experts(x, ids - 1, w, layer)
+        mxmoe.experts(x, ids - 2, w, layer)
     with pytest.raises(TypeError, match="topk_ids: expected integers"):
         mxmoe.experts(x, ids.astype(np.float32), w, layer)
     with pytest.raises(ValueError, match="topk_weights: expected shape"):

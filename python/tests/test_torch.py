@@ -1,6 +1,7 @@
-"""The PyTorch layer on a GPU (skipped without PyTorch or a CUDA device): against the CPU layer,
-from given router logits, inside a CUDA graph, under torch.compile(fullgraph=True), the custom op's
-own checks, and bad input."""
+"""The PyTorch layer on a GPU (skipped without PyTorch or a CUDA device): the layer and the engine
+form against the CPU layer, from given router logits, inside a CUDA graph, under
+torch.compile(fullgraph=True), the custom ops' own checks, tensor- and expert-parallel shards, and bad
+input."""
 
 from __future__ import annotations
 
@@ -90,6 +91,82 @@ def test_custom_op_passes_opcheck(weights):
     torch.library.opcheck(torch.ops.mxmoe.layer.default, (x, None, layer._handle))
 
 
+def given_routing(tokens: int, seed: int, experts: int = 32):
+    """A caller's routing: random experts (repeats allowed), positive weights, some slots -1."""
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(0, experts, size=(tokens, 4))
+    ids[::3, 2] = -1
+    return ids, rng.random(size=(tokens, 4)).astype(np.float32)
+
+
+@pytest.mark.parametrize("tokens", [1, 7, 64, 300])
+@pytest.mark.parametrize("id_dtype", [torch.int32, torch.int64])
+def test_engine_form_matches_the_cpu_layer(weights, tokens, id_dtype):
+    layer = mxmoe.torch.MoeLayer(weights)
+    x = np.random.default_rng(tokens).normal(size=(tokens, 256)).astype(np.float32)
+    ids, w = given_routing(tokens, tokens)
+    y = mxmoe.experts(to_bf16(x), torch.from_numpy(ids).to("cuda", id_dtype), torch.from_numpy(w).cuda(), layer)
+    assert y.dtype == torch.bfloat16 and y.shape == (tokens, 256)
+    expected = mxmoe.experts(x, ids, w, mxmoe.CpuLayer(weights)).astype(np.float64)
+    assert oracle.relative_error(y.float().cpu().numpy(), expected) < GPU_TOLERANCE
+    # bf16 weights are taken too (converted to float32)
+    y16 = layer.experts(to_bf16(x), torch.from_numpy(ids).to("cuda", id_dtype), torch.from_numpy(w).cuda().bfloat16())
+    assert oracle.relative_error(y16.float().cpu().numpy(), expected) < GPU_TOLERANCE
+
+
+def test_engine_form_in_a_cuda_graph_and_under_compile(weights):
+    layer = mxmoe.torch.MoeLayer(weights, max_tokens=16)
+    x = to_bf16(np.random.default_rng(8).normal(size=(16, 256)))
+    ids, w = given_routing(16, 9)
+    ids, w = torch.from_numpy(ids).cuda(), torch.from_numpy(w).cuda()
+    eager = layer.experts(x, ids, w)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        layer.experts(x, ids, w)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):  # the ids are not read on the host inside a capture
+        captured = layer.experts(x, ids, w)
+    for _ in range(2):
+        captured.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(captured, eager)
+
+    def block(x, logits):  # routing by torch, experts by mxmoe, as an engine's model does it
+        top = torch.topk(logits, 4, dim=1)
+        return x + layer.experts(x, top.indices, torch.softmax(top.values, dim=1))
+
+    logits = torch.randn(16, 32, device="cuda")
+    assert torch.equal(torch.compile(block, fullgraph=True)(x, logits), block(x, logits))
+    torch.library.opcheck(torch.ops.mxmoe.experts.default, (x, ids, w, layer._handle))
+
+
+@pytest.mark.parametrize("experts", [32, 128], ids=["gpt-oss-20b", "gpt-oss-120b"])
+def test_expert_parallel_shards_sum_to_the_layer(experts):
+    t = oracle.random_layer(np.random.default_rng(experts + 1), experts, 2880, 2880)
+    weights = mxmoe.weights_from_tensors(t, top_k=4)
+    x = to_bf16(np.random.default_rng(2).normal(size=(64, 2880)))
+    ids, w = given_routing(64, 3, experts)
+    ids, w = torch.from_numpy(ids).cuda(), torch.from_numpy(w).cuda()
+    layer = mxmoe.torch.MoeLayer(weights)
+    full, full_given = layer(x).float(), layer.experts(x, ids, w).float()
+    layer.free()
+    for world in (2, 4):
+        total, total_given = torch.zeros_like(full), torch.zeros_like(full)
+        for rank in range(world):
+            shard = mxmoe.torch.MoeLayer(weights.expert_parallel_shard(rank, world))
+            total += shard(x).float()
+            total_given += shard.experts(x, ids, w).float()
+            shard.free()
+        errors = [(torch.linalg.norm(a - b) / torch.linalg.norm(b)).item()
+                  for a, b in ((total, full), (total_given, full_given))]
+        print(f"E={experts} ep={world}: summed bf16 shard outputs against the layer {errors[0]:.2e} "
+              f"(layer form), {errors[1]:.2e} (engine form)")
+        assert max(errors) < 5e-3, f"ep={world}"
+
+
 @pytest.mark.parametrize("experts", [32, 128], ids=["gpt-oss-20b", "gpt-oss-120b"])
 def test_tensor_parallel_shards_sum_to_the_layer(experts):
     t = oracle.random_layer(np.random.default_rng(experts), experts, 2880, 2880)
@@ -122,6 +199,32 @@ def test_bad_input_names_the_argument(weights):
         layer(x, torch.zeros(4, 31, device=x.device))
     with pytest.raises(TypeError, match="router_logits: expected torch.float32"):
         layer(x, torch.zeros(4, 32, device=x.device, dtype=torch.bfloat16))
+    ids = torch.zeros(4, 4, dtype=torch.int64, device=x.device)
+    w = torch.full((4, 4), 0.25, device=x.device)
+    with pytest.raises(TypeError, match="topk_ids: expected torch.int32 or torch.int64"):
+        layer.experts(x, ids.float(), w)
+    with pytest.raises(ValueError, match=r"topk_ids: expected shape \[4, 4\]"):
+        layer.experts(x, ids[:, :3].contiguous(), w)
+    with pytest.raises(ValueError, match="topk_ids: expected a tensor on cuda"):
+        layer.experts(x, ids.cpu(), w)
+    with pytest.raises(ValueError, match="topk_ids: expected a contiguous tensor"):
+        layer.experts(x, torch.cat([ids, ids], dim=1)[:, ::2], w)
+    with pytest.raises(ValueError, match=r"topk_ids: expected expert ids in \[0, 32\) or -1"):
+        layer.experts(x, ids + 32, w)
+    with pytest.raises(ValueError, match=r"topk_ids: expected expert ids in \[0, 32\) or -1"):
+        layer.experts(x, ids - 2, w)
+    with pytest.raises(TypeError, match="topk_weights: expected torch.float32"):
+        layer.experts(x, ids, w.double())
+    with pytest.raises(ValueError, match=r"topk_weights: expected shape \[4, 4\]"):
+        layer.experts(x, ids, w[:3])
+    with pytest.raises(ValueError, match=r"x: expected shape \[T, 128\]"):
+        other = mxmoe.torch.MoeLayer(mxmoe.synthetic_weights(8, 4, 128, 64))  # another layer's shape
+        other.experts(x, ids, w)
+    # Unchecked, ids outside the layer go to no expert on the device (compute-sanitizer runs this).
+    unchecked = layer.experts(x, torch.full_like(ids, 1 << 40), w, check_ids=False)
+    assert torch.equal(unchecked, torch.zeros_like(unchecked))
     layer.free()
     with pytest.raises(ValueError, match="freed"):
         layer(x)
+    with pytest.raises(ValueError, match="freed"):
+        layer.experts(x, ids, w)

@@ -1,11 +1,18 @@
-"""mxmoe's layer against transformers' own gpt-oss experts module on the same weights, dequantised
-by transformers' own MXFP4 code, at both model shapes (skipped without transformers, PyTorch or a
-CUDA device). Both sides take the same routing, from float32 router logits, so that the comparison is
+"""mxmoe in transformers' gpt-oss (skipped without transformers, PyTorch or a CUDA device).
+
+The layer against transformers' own gpt-oss experts module on the same weights, dequantised by
+transformers' own MXFP4 code, at both model shapes. Both sides take the same routing, from float32 router logits, so that the comparison is
 of the experts, not of near-ties a bf16 router breaks differently. The module runs in float32: in
 bf16 (its usual dtype) it rounds every intermediate, which by itself puts it ~5e-3 from the exact
-layer, where mxmoe keeps float32 intermediates (its bf16 difference is printed too)."""
+layer, where mxmoe keeps float32 intermediates (its bf16 difference is printed too).
+
+A whole GptOssForCausalLM (real hidden size and expert counts, 2 layers, a small vocabulary, seeded
+weights with MXFP4 experts) with and without mxmoe.integrations.transformers: greedy generation, the
+logits fed the same tokens, a CUDA graph of its forward and torch.compile(fullgraph=True)."""
 
 from __future__ import annotations
+
+import time
 
 import numpy as np
 import pytest
@@ -15,11 +22,13 @@ pytest.importorskip("transformers")
 if not torch.cuda.is_available():
     pytest.skip("no CUDA device visible: the transformers comparison is skipped", allow_module_level=True)
 
-from transformers import GptOssConfig  # noqa: E402
+from transformers import GptOssConfig, GptOssForCausalLM  # noqa: E402
 from transformers.integrations.mxfp4 import convert_moe_packed_tensors  # noqa: E402
+from transformers.masking_utils import create_causal_mask, create_sliding_window_causal_mask  # noqa: E402
 from transformers.models.gpt_oss.modeling_gpt_oss import GptOssExperts  # noqa: E402
 
 import mxmoe  # noqa: E402
+import mxmoe.integrations.transformers as mxt  # noqa: E402
 import mxmoe.torch  # noqa: E402
 import oracle  # noqa: E402
 
@@ -66,3 +75,144 @@ def test_layer_matches_transformers_experts(experts):
               f"{errors[torch.bfloat16]:.2e} against the bf16 one")
         assert errors[torch.float32] <= TOLERANCE, f"T={tokens}"
     layer.free()
+
+
+LOGIT_TOLERANCE = 1e-2  # relative by norm at every position
+
+
+def small_model(experts: int) -> GptOssForCausalLM:
+    """gpt-oss's real widths and expert count, 2 layers, a 512-token vocabulary; seeded weights, with
+    experts whose values are MXFP4 (random codes and scales, dequantised by transformers). float32, so
+    that the reference is the layer's exact value, not transformers' bf16 experts (which round every
+    intermediate and so sit ~6e-3 from it on their own, see above); mxmoe takes bf16 activations in
+    and gives them out, with float32 inside."""
+    torch.manual_seed(experts)
+    config = GptOssConfig(hidden_size=2880, intermediate_size=2880, num_local_experts=experts, num_experts_per_tok=4,
+                          num_hidden_layers=2, vocab_size=512, num_attention_heads=64, num_key_value_heads=8,
+                          head_dim=64, max_position_embeddings=4096, eos_token_id=None, pad_token_id=0)
+    model = GptOssForCausalLM(config).to(device="cuda", dtype=torch.float32).eval()
+    rng = np.random.default_rng(experts)
+    with torch.no_grad():
+        for block in model.model.layers:
+            t = oracle.random_layer(rng, experts, 2880, 2880)
+            experts_module = block.mlp.experts
+            for proj in ("gate_up_proj", "down_proj"):
+                blocks = torch.from_numpy(t[f"experts.{proj}_blocks"]).cuda()
+                scales = torch.from_numpy(t[f"experts.{proj}_scales"]).cuda()
+                getattr(experts_module, proj).copy_(convert_moe_packed_tensors(blocks, scales, dtype=torch.float32))
+                getattr(experts_module, f"{proj}_bias").copy_(bf16(t[f"experts.{proj}_bias"]))
+            block.mlp.router.weight.copy_(bf16(t["router.weight"]))
+            block.mlp.router.bias.copy_(bf16(t["router.bias"]))
+    return model
+
+
+class RoutingRecorder:
+    """The router's (logits, top-k ids) of every layer in the model's last forward."""
+
+    def __init__(self, model):
+        self.calls = []
+        self.hooks = [block.mlp.router.register_forward_hook(lambda module, args, out: self.calls.append((out[0], out[2])))
+                      for block in model.model.layers]
+
+    def last(self, layers: int):
+        calls, self.calls = self.calls[-layers:], []
+        return calls
+
+    def remove(self):
+        for hook in self.hooks:
+            hook.remove()
+
+
+@pytest.mark.parametrize("experts", [32, 128], ids=["gpt-oss-20b", "gpt-oss-120b"])
+def test_model_generates_as_transformers_does(experts):
+    begin = time.perf_counter()
+    model = small_model(experts)
+    layers = len(model.model.layers)
+    recorder = RoutingRecorder(model)
+    prompt = torch.randint(1, 512, (1, 8), generator=torch.Generator().manual_seed(1)).cuda()
+    with torch.no_grad():
+        reference = model.generate(prompt, max_new_tokens=32, do_sample=False)
+        reference_logits = model(reference).logits[0]
+        reference_routing = recorder.last(layers)
+    mxt.use_mxmoe(model, max_tokens=64)
+    assert all(isinstance(block.mlp, mxt.MxmoeMLP) for block in model.model.layers)
+    with torch.no_grad():
+        generated = model.generate(prompt, max_new_tokens=32, do_sample=False)
+        logits = model(reference).logits[0]  # fed the reference's tokens
+        routing = recorder.last(layers)
+
+    # Positions where a layer routed otherwise (a near-tie of router logits that the inputs' bf16
+    # rounding tipped): only possible past the first layer, whose inputs are the same in both runs;
+    # such a position must have had a near-tie, and (in the last layer) changes only itself.
+    flipped = set()
+    for layer, ((ref_logits, ref_ids), (got_logits, got_ids)) in enumerate(zip(reference_routing, routing)):
+        for position in range(ref_ids.shape[0]):
+            if set(ref_ids[position].tolist()) == set(got_ids[position].tolist()):
+                continue
+            assert layer == layers - 1, f"layer {layer} routed position {position} otherwise"
+            ranked = torch.sort(ref_logits[position].float(), descending=True).values
+            margin = (ranked[3] - ranked[4]).item()
+            moved = (got_logits[position].float() - ref_logits[position].float()).abs().max().item()
+            assert margin <= 2 * moved, f"position {position}: margin {margin:.2e}, logits moved {moved:.2e}"
+            flipped.add(position)
+    errors = position_errors(logits, reference_logits)
+    kept = [p for p in range(errors.numel()) if p not in flipped]
+    print(f"E={experts}: logits against transformers' (float32) at {len(kept)} of {errors.numel()} positions: "
+          f"max {errors[kept].max().item():.2e}, mean {errors[kept].mean().item():.2e}; {len(flipped)} positions "
+          f"routed otherwise at a near-tie (max {max([errors[p].item() for p in flipped], default=0):.2e} there)")
+    assert errors[kept].max().item() < LOGIT_TOLERANCE
+
+    # Greedy tokens agree wherever the reference's top-two margin exceeds the logits' difference.
+    new = slice(prompt.shape[1], reference.shape[1])
+    agree = (generated[0, new] == reference[0, new]).tolist()
+    first = agree.index(False) if False in agree else len(agree)
+    print(f"E={experts}: {first} of {len(agree)} generated tokens agree before any difference")
+    if first < len(agree):
+        position = prompt.shape[1] + first - 1  # the logits that chose the first differing token
+        top2 = torch.topk(reference_logits[position].float(), 2).values
+        difference = (logits[position] - reference_logits[position]).abs().max()
+        assert (top2[0] - top2[1]).item() <= 2 * difference.item(), "a clear choice went another way"
+
+    # The model's forward in a CUDA graph and under torch.compile(fullgraph=True). The attention masks
+    # and positions are made before the capture (transformers makes them with a host-to-device copy).
+    recorder.remove()
+    tokens = reference[:, :16].contiguous()
+    with torch.no_grad():
+        embeds = model.model.embed_tokens(tokens)
+        mask_args = {"config": model.config, "inputs_embeds": embeds, "attention_mask": None, "past_key_values": None}
+        masks = {"full_attention": create_causal_mask(**mask_args),
+                 "sliding_attention": create_sliding_window_causal_mask(**mask_args)}
+        positions = torch.arange(tokens.shape[1], device="cuda")[None]
+
+        def forward(m):
+            return m(tokens, attention_mask=masks, position_ids=positions, use_cache=False).logits
+
+        eager = forward(model)
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            forward(model)
+        torch.cuda.current_stream().wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            captured = forward(model)
+        captured.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(captured, eager)
+        compiled = torch.compile(model, fullgraph=True)
+        compiled_errors = position_errors(compiled(tokens, use_cache=False).logits[0], eager[0])
+    print(f"E={experts}: graph replay equals eager; torch.compile(fullgraph=True) logits against eager: "
+          f"max {compiled_errors.max().item():.2e}; {time.perf_counter() - begin:.0f} s")
+    assert compiled_errors.max().item() < LOGIT_TOLERANCE
+
+
+def position_errors(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Relative error by norm of logits a [S, V] against b at each position: [S]."""
+    a, b = a.float(), b.float()
+    return torch.linalg.norm(a - b, dim=-1) / torch.linalg.norm(b, dim=-1)
+
+
+def test_use_mxmoe_rejects_other_models():
+    with pytest.raises(TypeError, match="model: expected a transformers gpt-oss model"):
+        mxt.use_mxmoe(torch.nn.Linear(2, 2))

@@ -1,0 +1,1 @@
+"""mxmoe inside other frameworks' models: `mxmoe.integrations.transformers` (gpt-oss in transformers)."""
