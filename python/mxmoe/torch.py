@@ -7,8 +7,9 @@ PyTorch's current stream, with no host synchronisation, so that it can be captur
     y = layer(x, router_logits)      # router_logits [T, E] float32
     y = layer.experts(x, topk_ids, topk_weights)   # the engine form: routing done by the caller
 
-The calls are the custom ops torch.ops.mxmoe.layer and torch.ops.mxmoe.experts (with fake
-implementations), so torch.compile traces a model that uses them (fullgraph too). The extension takes device pointers and a stream handle,
+Under torch.compile the calls are the custom ops torch.ops.mxmoe.layer and torch.ops.mxmoe.experts
+(with fake implementations), so a model that uses them traces (fullgraph too); eager calls run the
+same implementation without the dispatcher's round trip through Python. Inference only: no backward. The extension takes device pointers and a stream handle,
 so it does not depend on the PyTorch version; the workspace comes from PyTorch's allocator, which a
 graph capture gives its own pool.
 """
@@ -63,7 +64,9 @@ class MoeLayer(torch.nn.Module):
         _check_tensor(x, "x", torch.bfloat16, self.device, (None, self.shape.hidden))
         if router_logits is not None:
             _check_tensor(router_logits, "router_logits", torch.float32, self.device, (x.shape[0], self.routed_experts))
-        return torch.ops.mxmoe.layer(x, router_logits, self._handle)
+        if torch.compiler.is_compiling():
+            return torch.ops.mxmoe.layer(x, router_logits, self._handle)
+        return _run_layer(self, x, router_logits)
 
     def experts(self, x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor,
                 check_ids: Optional[bool] = None) -> torch.Tensor:
@@ -92,7 +95,9 @@ class MoeLayer(torch.nn.Module):
         if check_ids and tokens and bool(((topk_ids < -1) | (topk_ids >= self.routed_experts)).any()):
             raise ValueError(f"topk_ids: expected expert ids in [0, {self.routed_experts}) or -1 (no expert), got "
                              f"values in [{int(topk_ids.min())}, {int(topk_ids.max())}]")
-        return torch.ops.mxmoe.experts(x, topk_ids, topk_weights, self._handle)
+        if torch.compiler.is_compiling():
+            return torch.ops.mxmoe.experts(x, topk_ids, topk_weights, self._handle)
+        return _run_experts(self, x, topk_ids, topk_weights)
 
     def free(self) -> None:
         """Frees the layer's device memory now; a later call raises ValueError."""
@@ -124,20 +129,41 @@ def _check_tensor(t, name: str, dtype: torch.dtype, device: torch.device, shape)
         raise ValueError(f"{name}: expected a contiguous tensor")
 
 
-@torch.library.custom_op("mxmoe::layer", mutates_args=())
-def _layer(x: torch.Tensor, router_logits: Optional[torch.Tensor], handle: int) -> torch.Tensor:
-    layer = _LAYERS.get(handle)
-    if layer is None:
-        raise ValueError("layer: this layer was freed")
+def _run_layer(layer: MoeLayer, x: torch.Tensor, router_logits: Optional[torch.Tensor]) -> torch.Tensor:
     tokens = x.shape[0]
     out = torch.empty_like(x)
     if tokens == 0:
         return out
-    workspace = torch.empty(layer._runner.workspace_size(tokens), dtype=torch.uint8, device=x.device)
-    stream = torch.cuda.current_stream(x.device).cuda_stream
-    layer._runner.forward(x.data_ptr(), 0 if router_logits is None else router_logits.data_ptr(), out.data_ptr(),
-                          tokens, workspace.data_ptr(), workspace.numel(), stream)
+    runner = layer._runner
+    workspace = torch.empty(runner.workspace_size(tokens), dtype=torch.uint8, device=x.device)
+    runner.forward(x.data_ptr(), 0 if router_logits is None else router_logits.data_ptr(), out.data_ptr(), tokens,
+                   workspace.data_ptr(), workspace.numel(), torch.cuda.current_stream(x.device).cuda_stream)
     return out
+
+
+def _run_experts(layer: MoeLayer, x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor) -> torch.Tensor:
+    tokens = x.shape[0]
+    out = torch.empty_like(x)
+    if tokens == 0:
+        return out
+    runner = layer._runner
+    workspace = torch.empty(runner.workspace_size(tokens), dtype=torch.uint8, device=x.device)
+    runner.forward_experts(x.data_ptr(), topk_ids.data_ptr(), topk_ids.dtype == torch.int64, topk_weights.data_ptr(),
+                           out.data_ptr(), tokens, workspace.data_ptr(), workspace.numel(),
+                           torch.cuda.current_stream(x.device).cuda_stream)
+    return out
+
+
+def _layer_of(handle: int) -> MoeLayer:
+    layer = _LAYERS.get(handle)
+    if layer is None:
+        raise ValueError("layer: this layer was freed")
+    return layer
+
+
+@torch.library.custom_op("mxmoe::layer", mutates_args=())
+def _layer(x: torch.Tensor, router_logits: Optional[torch.Tensor], handle: int) -> torch.Tensor:
+    return _run_layer(_layer_of(handle), x, router_logits)
 
 
 @_layer.register_fake
@@ -147,19 +173,7 @@ def _(x: torch.Tensor, router_logits: Optional[torch.Tensor], handle: int) -> to
 
 @torch.library.custom_op("mxmoe::experts", mutates_args=())
 def _experts(x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor, handle: int) -> torch.Tensor:
-    layer = _LAYERS.get(handle)
-    if layer is None:
-        raise ValueError("layer: this layer was freed")
-    tokens = x.shape[0]
-    out = torch.empty_like(x)
-    if tokens == 0:
-        return out
-    workspace = torch.empty(layer._runner.workspace_size(tokens), dtype=torch.uint8, device=x.device)
-    stream = torch.cuda.current_stream(x.device).cuda_stream
-    layer._runner.forward_experts(x.data_ptr(), topk_ids.data_ptr(), topk_ids.dtype == torch.int64,
-                                  topk_weights.data_ptr(), out.data_ptr(), tokens, workspace.data_ptr(),
-                                  workspace.numel(), stream)
-    return out
+    return _run_experts(_layer_of(handle), x, topk_ids, topk_weights)
 
 
 @_experts.register_fake
