@@ -129,29 +129,28 @@ def _check_tensor(t, name: str, dtype: torch.dtype, device: torch.device, shape)
         raise ValueError(f"{name}: expected a contiguous tensor")
 
 
-def _run_layer(layer: MoeLayer, x: torch.Tensor, router_logits: Optional[torch.Tensor]) -> torch.Tensor:
+def _run(layer: MoeLayer, x: torch.Tensor, launch) -> torch.Tensor:
+    """An output like x and a workspace for x's tokens, then launch(runner, tokens, out, workspace, stream)."""
     tokens = x.shape[0]
     out = torch.empty_like(x)
     if tokens == 0:
         return out
     runner = layer._runner
     workspace = torch.empty(runner.workspace_size(tokens), dtype=torch.uint8, device=x.device)
-    runner.forward(x.data_ptr(), 0 if router_logits is None else router_logits.data_ptr(), out.data_ptr(), tokens,
-                   workspace.data_ptr(), workspace.numel(), torch.cuda.current_stream(x.device).cuda_stream)
+    launch(runner, tokens, out, workspace, torch.cuda.current_stream(x.device).cuda_stream)
     return out
+
+
+def _run_layer(layer: MoeLayer, x: torch.Tensor, router_logits: Optional[torch.Tensor]) -> torch.Tensor:
+    logits = 0 if router_logits is None else router_logits.data_ptr()
+    return _run(layer, x, lambda runner, tokens, out, ws, stream: runner.forward(
+        x.data_ptr(), logits, out.data_ptr(), tokens, ws.data_ptr(), ws.numel(), stream))
 
 
 def _run_experts(layer: MoeLayer, x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor) -> torch.Tensor:
-    tokens = x.shape[0]
-    out = torch.empty_like(x)
-    if tokens == 0:
-        return out
-    runner = layer._runner
-    workspace = torch.empty(runner.workspace_size(tokens), dtype=torch.uint8, device=x.device)
-    runner.forward_experts(x.data_ptr(), topk_ids.data_ptr(), topk_ids.dtype == torch.int64, topk_weights.data_ptr(),
-                           out.data_ptr(), tokens, workspace.data_ptr(), workspace.numel(),
-                           torch.cuda.current_stream(x.device).cuda_stream)
-    return out
+    return _run(layer, x, lambda runner, tokens, out, ws, stream: runner.forward_experts(
+        x.data_ptr(), topk_ids.data_ptr(), topk_ids.dtype == torch.int64, topk_weights.data_ptr(), out.data_ptr(),
+        tokens, ws.data_ptr(), ws.numel(), stream))
 
 
 def _layer_of(handle: int) -> MoeLayer:

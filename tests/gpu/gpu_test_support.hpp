@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <ostream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -122,6 +123,17 @@ inline std::vector<std::pair<std::string, std::optional<LayerPlan>>> plans_to_te
     plans.emplace_back(t.name() + "+fc2." + split.name(), LayerPlan{t, split});
   }
   return plans;
+}
+
+// A parameterised layer test's case: a named shape and a token count.
+struct LayerCase {
+  const char* name;
+  MoeShape shape;
+  int tokens;
+};
+inline void PrintTo(const LayerCase& c, std::ostream* os) { *os << c.name << " T=" << c.tokens; }
+inline std::string layer_case_name(const ::testing::TestParamInfo<LayerCase>& info) {
+  return std::string(info.param.name) + "_T" + std::to_string(info.param.tokens);
 }
 
 }  // namespace mxmoe::test

@@ -15,10 +15,7 @@
 namespace mxmoe {
 namespace {
 
-using test::DeviceArray;
-using test::expect_close;
-using test::plans_to_test;
-using test::random_logits;
+using namespace test;  // NOLINT: the shared GPU test helpers
 
 // A caller's routing of `tokens` tokens over R routed experts: random experts (a token may repeat
 // one), random positive weights that need not sum to 1, and every seventh slot an id that goes to
@@ -80,19 +77,12 @@ GivenRouting without_wide_ids(GivenRouting g) {
   return g;
 }
 
-struct EngineCase {
-  const char* name;
-  MoeShape shape;
-  int tokens;
-};
-void PrintTo(const EngineCase& c, std::ostream* os) { *os << c.name << " T=" << c.tokens; }
-
-class GpuEngineForm : public ::testing::TestWithParam<EngineCase> {};
+class GpuEngineForm : public ::testing::TestWithParam<LayerCase> {};
 
 TEST_P(GpuEngineForm, GivenTopKMatchesTheReference) {
   MXMOE_REQUIRE_GPU();
   const auto& c = GetParam();
-  const auto& layer = test::test_layer(c.shape, 17);
+  const auto& layer = test_layer(c.shape, 17);
   const std::vector<Bf16> x = make_activations(c.tokens, c.shape.hidden, 2000 + c.tokens);
   const GivenRouting routing = given_routing(c.tokens, c.shape.top_k, c.shape.num_experts, 3000 + c.tokens);
   const ReferenceResult ref = reference_forward_routed(layer.weights, x, routing.reference);
@@ -110,8 +100,8 @@ TEST_P(GpuEngineForm, GivenTopKMatchesTheReference) {
   }
 }
 
-std::vector<EngineCase> engine_cases() {
-  std::vector<EngineCase> cases;
+std::vector<LayerCase> engine_cases() {
+  std::vector<LayerCase> cases;
   // 1-64: the one-warp and general permutations fed by the given top-k; 300 and 1100: the parallel
   // top-k launch first (past 256 tokens).
   for (int t : {1, 3, 9, 33, 64, 300, 1100}) cases.push_back({"gpt_oss_20b", model_shape("gpt-oss-20b"), t});
@@ -120,9 +110,7 @@ std::vector<EngineCase> engine_cases() {
   return cases;
 }
 
-INSTANTIATE_TEST_SUITE_P(Shapes, GpuEngineForm, ::testing::ValuesIn(engine_cases()), [](const auto& info) {
-  return std::string(info.param.name) + "_T" + std::to_string(info.param.tokens);
-});
+INSTANTIATE_TEST_SUITE_P(Shapes, GpuEngineForm, ::testing::ValuesIn(engine_cases()), layer_case_name);
 
 // An expert-parallel shard's output for logits over the layer's experts (`logits` non-null) or for
 // the routing `given`.
@@ -148,7 +136,7 @@ std::vector<Bf16> run_shard(const MoeRunner& runner, const std::vector<Bf16>& x,
 TEST(GpuExpertParallel, ShardsMatchTheReferenceAndSumToTheLayer) {
   MXMOE_REQUIRE_GPU();
   const MoeShape shape = model_shape("gpt-oss-20b");
-  const auto& layer = test::test_layer(shape, 17);
+  const auto& layer = test_layer(shape, 17);
   for (int tokens : {1, 9, 64, 300}) {
     const std::vector<Bf16> x = make_activations(tokens, shape.hidden, 40 + tokens);
     const std::vector<float> logits = random_logits(tokens, shape.num_experts, 50 + tokens);
@@ -182,7 +170,7 @@ TEST(GpuExpertParallel, ShardsMatchTheReferenceAndSumToTheLayer) {
 TEST(GpuExpertParallel, ShardsWithNoPairWriteZeros) {
   MXMOE_REQUIRE_GPU();
   const MoeShape shape = model_shape("gpt-oss-20b");
-  const auto& layer = test::test_layer(shape, 17);
+  const auto& layer = test_layer(shape, 17);
   const MoeLayerWeights shard = expert_parallel_shard(layer.weights, 2, 4);
   const MoeRunner runner(shard);
   for (int tokens : {1, 9, 300}) {
@@ -204,7 +192,7 @@ TEST(GpuExpertParallel, ShardsWithNoPairWriteZeros) {
 TEST(GpuEngineFormGraph, CapturedForwardReplaysExactly) {
   MXMOE_REQUIRE_GPU();
   const MoeShape shape = model_shape("gpt-oss-20b");
-  const auto& layer = test::test_layer(shape, 17);
+  const auto& layer = test_layer(shape, 17);
   for (int tokens : {1, 8, 200}) {
     const std::vector<Bf16> x = make_activations(tokens, shape.hidden, 81);
     const GivenRouting routing = given_routing(tokens, shape.top_k, shape.num_experts, 82);
@@ -241,7 +229,7 @@ TEST(GpuEngineFormGraph, CapturedForwardReplaysExactly) {
 
 TEST(GpuEngineFormArguments, MisalignedOrNullRoutingThrows) {
   MXMOE_REQUIRE_GPU();
-  const auto& layer = test::test_layer(MoeShape{6, 2, 64, 96, 1}, 3);
+  const auto& layer = test_layer(MoeShape{6, 2, 64, 96, 1}, 3);
   DeviceArray<Bf16> x(64 * 4), out(64 * 4);
   DeviceArray<int64_t> ids(8);
   DeviceArray<float> weights(8);

@@ -22,10 +22,7 @@
 namespace mxmoe {
 namespace {
 
-using test::DeviceArray;
-using test::expect_close;
-using test::plans_to_test;
-using test::random_logits;
+using namespace test;  // NOLINT: the shared GPU test helpers
 
 struct GpuResult {
   std::vector<Bf16> out;
@@ -93,19 +90,12 @@ void expect_routing(const GpuResult& g, const Routing& cpu, int num_experts, con
   for (int row = 0; row < pairs; ++row) ASSERT_EQ(g.pair_rows[g.sorted_pairs[row]], row) << what;
 }
 
-struct LayerCase {
-  const char* name;
-  MoeShape shape;
-  int tokens;
-};
-void PrintTo(const LayerCase& c, std::ostream* os) { *os << c.name << " T=" << c.tokens; }
-
 class GpuLayer : public ::testing::TestWithParam<LayerCase> {};
 
 TEST_P(GpuLayer, EveryTacticMatchesTheReference) {
   MXMOE_REQUIRE_GPU();
   const auto& c = GetParam();
-  const auto& layer = test::test_layer(c.shape, 17);
+  const auto& layer = test_layer(c.shape, 17);
   const std::vector<Bf16> x = make_activations(c.tokens, c.shape.hidden, 1000 + c.tokens);
   const std::vector<float> logits = router_logits(layer.weights, x, c.tokens);
   const ReferenceResult ref = reference_forward_from_logits(layer.weights, x, c.tokens, logits);
@@ -135,9 +125,7 @@ std::vector<LayerCase> layer_cases() {
   return cases;
 }
 
-INSTANTIATE_TEST_SUITE_P(Shapes, GpuLayer, ::testing::ValuesIn(layer_cases()), [](const auto& info) {
-  return std::string(info.param.name) + "_T" + std::to_string(info.param.tokens);
-});
+INSTANTIATE_TEST_SUITE_P(Shapes, GpuLayer, ::testing::ValuesIn(layer_cases()), layer_case_name);
 
 class GpuSkewed : public ::testing::TestWithParam<int> {};
 
@@ -147,7 +135,7 @@ TEST_P(GpuSkewed, AllTokensOnOneExpert) {
   MXMOE_REQUIRE_GPU();
   const int tokens = GetParam();
   const MoeShape shape = model_shape("gpt-oss-20b");
-  const auto& layer = test::test_layer(shape, 17);
+  const auto& layer = test_layer(shape, 17);
   const std::vector<Bf16> x = make_activations(tokens, shape.hidden, 77);
   std::vector<float> logits = random_logits(tokens, shape.num_experts, 78);
   for (int t = 0; t < tokens; ++t) logits[static_cast<size_t>(t) * shape.num_experts] = 10.0f;
@@ -169,7 +157,7 @@ INSTANTIATE_TEST_SUITE_P(Tokens, GpuSkewed, ::testing::Values(1, 9, 100, 512));
 TEST(GpuLayerRouting, TiesNanAndSignedZerosRankAsTheReference) {
   MXMOE_REQUIRE_GPU();
   const MoeShape shape = model_shape("gpt-oss-20b");
-  const auto& layer = test::test_layer(shape, 17);
+  const auto& layer = test_layer(shape, 17);
   const float values[] = {1.0f, 0.5f, 0.0f, -0.0f, -0.5f, NAN, -INFINITY};
   const Tactic fused = parse_tactic("fused.r128x8.w8x1.u2.k1");
   const LayerPlan fused_plan{fused, fused};
@@ -192,7 +180,7 @@ TEST(GpuLayerRouting, TiesNanAndSignedZerosRankAsTheReference) {
 // routing kernel runs otherwise; the layer tests above run both ways (every tactic at T = 1-8).
 TEST(GpuLayerRouting, SelfRoutedOnlyWhenFc1FitsOneWave) {
   MXMOE_REQUIRE_GPU();
-  const auto& layer = test::test_layer(model_shape("gpt-oss-20b"), 17);
+  const auto& layer = test_layer(model_shape("gpt-oss-20b"), 17);
   const Tactic gemv = parse_tactic("gemv.r128x8.w8x1.u2.k1");  // 45 CTAs per expert slot, 3 per SM
   const Tactic fused = parse_tactic("fused.r128x8.w8x1.u2.k1");
   EXPECT_TRUE(layer.runner->routes_in_expert_kernels({gemv, gemv}, 1));   // 4 slots: 180 CTAs
@@ -205,7 +193,7 @@ TEST(GpuLayerRouter, LogitsFromTheRouterWeights) {
   MXMOE_REQUIRE_GPU();
   for (int tokens : {1, 5, 64, 300}) {
     const MoeShape shape = model_shape("gpt-oss-120b");
-    const auto& layer = test::test_layer(shape, 17);
+    const auto& layer = test_layer(shape, 17);
     const std::vector<Bf16> x = make_activations(tokens, shape.hidden, 500 + tokens);
     const GpuResult g = run_gpu(*layer.runner, x, tokens, nullptr, nullptr);
     const std::vector<float> cpu_logits = router_logits(layer.weights, x, tokens);
@@ -223,7 +211,7 @@ TEST(GpuLayerDeterminism, BitIdenticalRunAfterRun) {
   MXMOE_REQUIRE_GPU();
   for (const char* model : {"gpt-oss-20b", "gpt-oss-120b"}) {
     const MoeShape shape = model_shape(model);
-    const auto& layer = test::test_layer(shape, 17);
+    const auto& layer = test_layer(shape, 17);
     const int tokens = 255;
     const std::vector<Bf16> x = make_activations(tokens, shape.hidden, 9);
     const std::vector<float> logits = random_logits(tokens, shape.num_experts, 10);
@@ -244,7 +232,7 @@ TEST(GpuLayerDeterminism, BitIdenticalRunAfterRun) {
 TEST(GpuLayerGraph, CapturedForwardReplaysExactly) {
   MXMOE_REQUIRE_GPU();
   const MoeShape shape = model_shape("gpt-oss-20b");
-  const auto& layer = test::test_layer(shape, 17);
+  const auto& layer = test_layer(shape, 17);
   const Tactic fused = parse_tactic("fused.r128x8.w8x1.u2.k1");
   const Tactic stream_k = parse_tactic("sk.r384x8.w24.u2.k1");
   const LayerPlan fused_plan{fused, fused}, stream_plan{stream_k, stream_k};
@@ -295,7 +283,7 @@ TEST(GpuLayerGraph, CapturedForwardReplaysExactly) {
 TEST(GpuLayerArguments, BadArgumentsThrowBeforeAnyLaunch) {
   MXMOE_REQUIRE_GPU();
   const MoeShape shape{6, 2, 64, 96, 1};
-  const auto& layer = test::test_layer(shape, 3);
+  const auto& layer = test_layer(shape, 3);
   const MoeRunner& runner = *layer.runner;
   const int tokens = 4;
   DeviceArray<unsigned char> x(tokens * shape.hidden * 2 + 16), out(tokens * shape.hidden * 2 + 16);
