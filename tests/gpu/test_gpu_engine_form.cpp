@@ -131,8 +131,8 @@ std::vector<Bf16> run_shard(const MoeRunner& runner, const std::vector<Bf16>& x,
 }
 
 // Each shard of gpt-oss-20b over 2, 3 and 4 ranks matches its own reference, through the layer form
-// (router logits over all 32 experts) and the engine form, and the shards' outputs sum to the
-// layer's within the rounding of their bf16 outputs.
+// (router logits over all 32 experts) and the engine form (one 8-expert shard under every tactic),
+// and the shards' outputs sum to the layer's within the rounding of their bf16 outputs.
 TEST(GpuExpertParallel, ShardsMatchTheReferenceAndSumToTheLayer) {
   MXMOE_REQUIRE_GPU();
   const MoeShape shape = model_shape("gpt-oss-20b");
@@ -150,10 +150,19 @@ TEST(GpuExpertParallel, ShardsMatchTheReferenceAndSumToTheLayer) {
         const MoeRunner runner(shard);
         const std::string what = "T=" + std::to_string(tokens) + " rank " + std::to_string(rank) + " of " +
                                  std::to_string(world);
+        const ReferenceResult ref = reference_forward_from_logits(shard, x, tokens, logits);
+        const ReferenceResult ref_given = reference_forward_routed(shard, x, given.reference);
         const std::vector<Bf16> out = run_shard(runner, x, tokens, &logits, nullptr, nullptr);
         const std::vector<Bf16> out_given = run_shard(runner, x, tokens, nullptr, &given, nullptr);
-        expect_close(out, reference_forward_from_logits(shard, x, tokens, logits).out, what);
-        expect_close(out_given, reference_forward_routed(shard, x, given.reference).out, what + " given");
+        expect_close(out, ref.out, what);
+        expect_close(out_given, ref_given.out, what + " given");
+        if (world == 4 && rank == 1) {  // 8 local experts: every family on a shard's shape
+          for (const auto& [name, plan] : plans_to_test(shard.shape)) {
+            expect_close(run_shard(runner, x, tokens, &logits, nullptr, plan ? &*plan : nullptr), ref.out, what + " " + name);
+            expect_close(run_shard(runner, x, tokens, nullptr, &given, plan ? &*plan : nullptr), ref_given.out,
+                         what + " " + name + " given");
+          }
+        }
         for (size_t j = 0; j < sum.size(); ++j) {
           sum[j] += bf16_to_float(out[j]);
           sum_given[j] += bf16_to_float(out_given[j]);
