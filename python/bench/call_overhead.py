@@ -28,35 +28,9 @@ import torch
 
 import mxmoe
 import mxmoe.torch as mxtorch
+from timing import SHAPES, graph_us, median_us
 
-SHAPES = {"gpt-oss-20b": (32, 4, 2880, 2880), "gpt-oss-120b": (128, 4, 2880, 2880)}
 LAYERS = 8
-
-
-def events_time(run, repeats: int) -> float:
-    """Median microseconds per run() over `repeats` timed runs (after one warm-up)."""
-    run()
-    times = []
-    for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        run()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3)
-    return statistics.median(times)
-
-
-def graph_of(calls) -> torch.cuda.CUDAGraph:
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        calls()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        calls()
-    return graph
 
 
 def measure(layers, tokens: int, loops: int = 20) -> dict:
@@ -87,10 +61,9 @@ def measure(layers, tokens: int, loops: int = 20) -> dict:
     per_call = len(layers)
     row = {}
     for name, calls in (("graph C++", cpp), ("graph torch", torch_layer)):
-        graph = graph_of(calls)
-        row[name] = events_time(graph.replay, 20) / per_call
+        row[name] = graph_us(calls) / per_call
     for name, calls in (("eager C++", cpp), ("eager torch", torch_layer), ("eager engine", torch_engine)):
-        row[name] = events_time(lambda: [calls() for _ in range(loops)], 5) / (loops * per_call)
+        row[name] = median_us(lambda: [calls() for _ in range(loops)], 5) / (loops * per_call)
     host = []
     for _ in range(5):  # a few calls ahead of the GPU at most, so that the launch queue never fills
         torch.cuda.synchronize()

@@ -19,15 +19,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 
 import numpy as np
 import torch
 
 import mxmoe
 import mxmoe.torch as mxtorch
+from timing import SHAPES, graph_us
 
-SHAPES = {"gpt-oss-20b": (32, 4, 2880, 2880), "gpt-oss-120b": (128, 4, 2880, 2880)}
 E2M1 = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0])
 
 
@@ -106,28 +105,6 @@ def mxmoe_weights(t: dict, top_k: int) -> mxmoe.Weights:
         "experts.down_proj_scales": host(t["down_scales"]), "experts.down_proj_bias": host(t["down_bias"])}, top_k=top_k)
 
 
-def graph_time(calls, repeats: int = 20) -> float:
-    """Median microseconds of one replay of calls() captured in a CUDA graph."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        calls()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        calls()
-    graph.replay()
-    times = []
-    for _ in range(repeats):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3)
-    return statistics.median(times)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--tokens", type=int, nargs="+", default=[128, 1024, 4096])
@@ -142,22 +119,23 @@ def main() -> None:
         for layer in range(8):  # mxmoe rotates over 8 layers' weights; the bf16 layer holds the first's
             t = layer_tensors(gen, e, h, i)
             moe.append(mxtorch.MoeLayer(mxmoe_weights(t, k), max_tokens=max(args.tokens)))
-            bf16 = bf16 or TorchLayer(t, k)
+            if layer == 0:
+                bf16 = TorchLayer(t, k)
             del t
         for tokens in args.tokens:
             xs = [torch.randn(tokens, h, device="cuda", generator=gen).bfloat16() for _ in moe]
             logits = [torch.randn(tokens, e, device="cuda", generator=gen) for _ in moe]
-            error = (torch.linalg.norm(moe[0](xs[0], logits[0]).float() - bf16(xs[0], logits[0]).float()) /
-                     torch.linalg.norm(bf16(xs[0], logits[0]).float())).item()
-            mxmoe_us = graph_time(lambda: [m(x, l) for m, x, l in zip(moe, xs, logits)]) / len(moe)
-            torch_us = graph_time(lambda: bf16(xs[0], logits[0]))
-            gemms_us = graph_time(bf16.gemms(xs[0], logits[0]))
+            expected = bf16(xs[0], logits[0]).float()
+            error = (torch.linalg.norm(moe[0](xs[0], logits[0]).float() - expected) / torch.linalg.norm(expected)).item()
+            mxmoe_us = graph_us(lambda: [m(x, l) for m, x, l in zip(moe, xs, logits)]) / len(moe)
+            torch_us = graph_us(lambda: bf16(xs[0], logits[0]))
+            gemms_us = graph_us(bf16.gemms(xs[0], logits[0]))
             rows.append({"model": model, "tokens": tokens, "mxmoe_us": mxmoe_us, "torch_grouped_mm_bf16_us": torch_us,
                          "torch_gemms_only_us": gemms_us, "relative_error": error})
             print(f"{model} T={tokens}: mxmoe {mxmoe_us:.1f} us, torch bf16 grouped {torch_us:.1f} us", flush=True)
         for m in moe:
             m.free()
-        del bf16
+        bf16 = None  # its bf16 experts, before the next model's
         torch.cuda.empty_cache()
     print(f"\n{torch.cuda.get_device_name()}, torch {torch.__version__}: us per layer, CUDA-graph replays, median")
     print(f"{'model':<13} {'T':>6} {'mxmoe':>9} {'torch bf16':>11} {'torch/mxmoe':>12} {'GEMMs only':>11} "

@@ -9,9 +9,10 @@ PyTorch's current stream, with no host synchronisation, so that it can be captur
 
 Under torch.compile the calls are the custom ops torch.ops.mxmoe.layer and torch.ops.mxmoe.experts
 (with fake implementations), so a model that uses them traces (fullgraph too); eager calls run the
-same implementation without the dispatcher's round trip through Python. Inference only: no backward. The extension takes device pointers and a stream handle,
-so it does not depend on the PyTorch version; the workspace comes from PyTorch's allocator, which a
-graph capture gives its own pool.
+same implementation without the dispatcher's round trip through Python. Inference only: no
+backward. The extension takes device pointers and a stream handle, so it does not depend on the
+PyTorch version; the workspace comes from PyTorch's allocator, which a graph capture gives its own
+pool.
 """
 
 from __future__ import annotations

@@ -63,9 +63,7 @@ std::vector<Bf16> run_experts(const MoeRunner& runner, const std::vector<Bf16>& 
                          nullptr, plan);
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess) << cudaGetErrorString(cudaGetLastError());
   if (pair_rows) {
-    pair_rows->resize(static_cast<size_t>(tokens) * s.top_k);
-    cudaMemcpy(pair_rows->data(), runner.routing(workspace.get(), tokens).pair_rows, pair_rows->size() * 4,
-               cudaMemcpyDeviceToHost);
+    *pair_rows = copy_back(runner.routing(workspace.get(), tokens).pair_rows, static_cast<size_t>(tokens) * s.top_k);
   }
   return d_out.to_host();
 }
@@ -116,18 +114,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, GpuEngineForm, ::testing::ValuesIn(engine_cases
 // the routing `given`.
 std::vector<Bf16> run_shard(const MoeRunner& runner, const std::vector<Bf16>& x, int tokens,
                             const std::vector<float>* logits, const GivenRouting* given, const LayerPlan* plan) {
-  if (given) return run_experts(runner, x, tokens, *given, true, plan);
-  DeviceArray<Bf16> d_x(x);
-  DeviceArray<float> d_logits(*logits);
-  DeviceArray<Bf16> d_out(static_cast<size_t>(tokens) * runner.shape().hidden);
-  DeviceArray<unsigned char> workspace(runner.workspace_size(tokens));
-  d_out.fill_bytes(0xFF);
-  workspace.fill_bytes(0xFF);
-  runner.forward(reinterpret_cast<const __nv_bfloat16*>(d_x.get()), d_logits.get(),
-                 reinterpret_cast<__nv_bfloat16*>(d_out.get()), tokens, workspace.get(), workspace.size(), nullptr,
-                 plan);
-  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess) << cudaGetErrorString(cudaGetLastError());
-  return d_out.to_host();
+  return given ? run_experts(runner, x, tokens, *given, true, plan) : run_gpu(runner, x, tokens, logits, plan).out;
 }
 
 // Each shard of gpt-oss-20b over 2, 3 and 4 ranks matches its own reference, through the layer form

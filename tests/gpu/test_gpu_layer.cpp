@@ -24,51 +24,6 @@ namespace {
 
 using namespace test;  // NOLINT: the shared GPU test helpers
 
-struct GpuResult {
-  std::vector<Bf16> out;
-  std::vector<int> topk_experts, expert_counts, expert_offsets, sorted_pairs, pair_rows;
-  std::vector<float> topk_weights, logits;
-};
-
-template <typename T>
-std::vector<T> copy_back(const T* device, size_t count) {
-  std::vector<T> host(count);
-  EXPECT_EQ(cudaMemcpy(host.data(), device, count * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
-  return host;
-}
-
-// One forward on the default stream; `logits` null means the router-weights entry point.
-GpuResult run_gpu(const MoeRunner& runner, const std::vector<Bf16>& x, int tokens, const std::vector<float>* logits,
-                  const LayerPlan* plan) {
-  const MoeShape& s = runner.shape();
-  DeviceArray<Bf16> d_x(x);
-  DeviceArray<Bf16> d_out(static_cast<size_t>(tokens) * s.hidden);
-  DeviceArray<unsigned char> workspace(runner.workspace_size(tokens));
-  d_out.fill_bytes(0xFF);      // bf16 NaN
-  workspace.fill_bytes(0xFF);  // NaN floats, -1 indices
-  auto* x_ptr = reinterpret_cast<const __nv_bfloat16*>(d_x.get());
-  auto* out_ptr = reinterpret_cast<__nv_bfloat16*>(d_out.get());
-  if (logits) {
-    DeviceArray<float> d_logits(*logits);
-    runner.forward(x_ptr, d_logits.get(), out_ptr, tokens, workspace.get(), workspace.size(), nullptr, plan);
-  } else {
-    runner.forward(x_ptr, out_ptr, tokens, workspace.get(), workspace.size(), nullptr, plan);
-  }
-  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess) << cudaGetErrorString(cudaGetLastError());
-  const RoutingView view = runner.routing(workspace.get(), tokens);
-  const size_t pairs = static_cast<size_t>(tokens) * s.top_k;
-  GpuResult r;
-  r.out = d_out.to_host();
-  r.topk_experts = copy_back(view.topk_experts, pairs);
-  r.topk_weights = copy_back(view.topk_weights, pairs);
-  r.expert_counts = copy_back(view.expert_counts, s.num_experts);
-  r.expert_offsets = copy_back(view.expert_offsets, s.num_experts + 1);
-  r.sorted_pairs = copy_back(view.sorted_pairs, pairs);
-  r.pair_rows = copy_back(view.pair_rows, pairs);
-  if (!logits) r.logits = copy_back(view.router_logits, static_cast<size_t>(tokens) * s.num_experts);
-  return r;
-}
-
 // The routing equals the reference's, and the permutation is the expert-sorted, pair-ordered one.
 void expect_routing(const GpuResult& g, const Routing& cpu, int num_experts, const std::string& what) {
   ASSERT_EQ(g.topk_experts, std::vector<int>(cpu.experts.begin(), cpu.experts.end())) << what;
