@@ -52,13 +52,30 @@ __device__ __forceinline__ void mbarrier_init(unsigned barrier, unsigned arrival
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(barrier), "r"(arrivals) : "memory");
 }
 __device__ __forceinline__ void fence_mbarrier_init() { asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
-__device__ __forceinline__ void bulk_copy_to_shared(unsigned destination, const void* source, unsigned bytes,
-                                                    unsigned barrier) {
+// One arrival on the barrier that also expects `bytes` more transaction bytes in this phase.
+__device__ __forceinline__ void mbarrier_arrive_expect_tx(unsigned barrier, unsigned bytes) {
   asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(barrier), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbarrier_arrive(unsigned barrier) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(barrier) : "memory");
+}
+// The copy alone; some arrival must expect its bytes.
+__device__ __forceinline__ void bulk_copy_counted(unsigned destination, const void* source, unsigned bytes,
+                                                  unsigned barrier) {
   asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
                    destination),
                "l"(source), "r"(bytes), "r"(barrier)
                : "memory");
+}
+__device__ __forceinline__ void bulk_copy_to_shared(unsigned destination, const void* source, unsigned bytes,
+                                                    unsigned barrier) {
+  mbarrier_arrive_expect_tx(barrier, bytes);
+  bulk_copy_counted(destination, source, bytes, barrier);
+}
+// One arrival on the barrier once every cp.async this thread issued before has landed (the
+// barrier's arrival count includes it: .noinc).
+__device__ __forceinline__ void cp_async_mbarrier_arrive(unsigned barrier) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(barrier) : "memory");
 }
 // Spins until the barrier's phase of parity `parity` has completed.
 __device__ __forceinline__ void mbarrier_wait(unsigned barrier, unsigned parity) {

@@ -1,0 +1,223 @@
+// The Hopper prefill family (sm_90a): a CTA computes kTileRows weight rows x kTileTokens sorted rows
+// of one expert on the warpgroup tensor cores. One producer warpgroup fills a kStages-deep ring of
+// 64-K slices: the slice's records (kTileRows / 16 of them, 544 bytes each) by cp.async.bulk, and
+// the tile's activation rows (gathered through the sorted pairs for FC1) by cp.async into the
+// 128-byte swizzle wgmma reads, both completing on the slot's "full" barrier. kConsumerWarps / 4
+// consumer warpgroups each own 64 kWarpRecords weight rows: per slice a consumer warp dequantises
+// its kWarpRecords records into bf16 A fragments in registers (mxfp4_fragment.cuh) and issues
+// 4 kWarpRecords wgmma m64nNk16 with the activations as B from shared memory; the slice's MMAs run
+// while the warp dequantises the next slice into the other register set, and a slot is handed
+// back on its "empty" barrier once the MMAs that read it are done. Accumulators go straight to
+// the epilogue of the tiled families (store_accumulators: FC1's bias and SwiGLU, FC2's bias and
+// K split). The producer runs on 56 registers so that the consumers get the rest (setmaxnreg).
+//
+// Grid (expert_wgmma_family.cpp): x = token-tile slot x row blocks, row block fastest, so that the
+// CTAs in flight together share a token tile's activations in L2 (upper bound on slots pairs /
+// kTileTokens + min(E, pairs); a CTA past the last tile exits); y = K split (FC2 only).
+// Budget per CTA and slice: kTileRows / 16 x 544 weight bytes and kTileTokens x 128 activation
+// bytes from L2, 2 x 64 kTileRows kTileTokens FLOPs; a 256 x 128 tile moves 24.6 KB per 4.2 MFLOP
+// (~24 bytes per SM clock at the H100's dense bf16 rate), a tenth of it dequantisation work
+// (~50 instructions per record per warp against 64 tensor clocks per record at N = 128).
+#pragma once
+
+#include "kernels/expert_gemm.cuh"
+
+namespace mxmoe::kernels {
+
+constexpr int kWgmmaProducerThreads = 128;
+constexpr int kWgmmaTokenRowBytes = 128;  // one token's 64 K of bf16
+constexpr int kWgmmaAlign = 1024;         // the 128-byte swizzle's repeat: stage bases are aligned to it
+
+constexpr int align_wgmma(int bytes) { return (bytes + kWgmmaAlign - 1) / kWgmmaAlign * kWgmmaAlign; }
+
+// One slot: the activations (tile_tokens x 128 bytes, swizzled), then the records.
+constexpr int wgmma_stage_bytes(int tile_rows, int tile_tokens) {
+  return tile_tokens * kWgmmaTokenRowBytes + align_wgmma(tile_rows / kRecordRows * kRecordBytes);
+}
+// Dynamic shared memory: slack to align the base, the slots, then a full and an empty barrier each.
+constexpr int wgmma_smem_bytes(int tile_rows, int tile_tokens, int stages) {
+  return kWgmmaAlign + stages * wgmma_stage_bytes(tile_rows, tile_tokens) + stages * 16;
+}
+
+// Registers per consumer thread once the producer warpgroup has given its share back: the 64K
+// registers of an SM over the CTA's threads, the producer holding kWgmmaProducerRegisters.
+constexpr int kWgmmaProducerRegisters = 56;
+constexpr int wgmma_consumer_registers(int consumer_warps) {
+  const int per_thread = (65536 - kWgmmaProducerThreads * kWgmmaProducerRegisters) / (consumer_warps * 32) / 8 * 8;
+  return per_thread > 240 ? 240 : per_thread;
+}
+
+}  // namespace mxmoe::kernels
+
+#if defined(__CUDACC__)
+#include "kernels/wgmma.cuh"
+
+namespace mxmoe::kernels {
+
+template <int kTileRows, int kTileTokens, int kConsumerWarps>
+struct WgmmaLayout {
+  static constexpr int kStageBytes = wgmma_stage_bytes(kTileRows, kTileTokens);
+  static constexpr int kConsumerRegisters = wgmma_consumer_registers(kConsumerWarps);
+};
+// Which of the consumers' two fragment register sets a step fills (a constant, so the sets stay
+// registers).
+template <int kSet>
+struct FragmentSet {
+  static constexpr int value = kSet;
+};
+
+template <int kTileRows, int kTileTokens, int kConsumerWarps, int kStages, bool kFc1>
+__global__ void __launch_bounds__(kWgmmaProducerThreads + kConsumerWarps * 32, 1)
+    expert_wgmma_kernel(ExpertGemmArgs args, int k_split) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  constexpr int kRecords = kTileRows / kRecordRows;
+  constexpr int kWarpRecords = kRecords / kConsumerWarps;  // 64-row MMA blocks per consumer warpgroup
+  using Layout = WgmmaLayout<kTileRows, kTileTokens, kConsumerWarps>;
+  constexpr int kStageBytes = Layout::kStageBytes;
+  constexpr int kActivationBytes = kTileTokens * kWgmmaTokenRowBytes;
+  static_assert(kConsumerWarps % 4 == 0 && kRecords % kConsumerWarps == 0, "whole records per consumer warp");
+  static_assert(kTileTokens % 16 == 0 && kTileTokens <= 128, "16 to 128 tokens, whole 8-row swizzle groups");
+  static_assert(kStages >= 2, "a pipeline needs two stages");
+  unsigned char* smem = dynamic_smem();
+  smem += (kWgmmaAlign - shared_address(smem) % kWgmmaAlign) % kWgmmaAlign;
+  const unsigned smem_base = shared_address(smem);
+  const unsigned full = smem_base + kStages * kStageBytes, empty = full + 8 * kStages;
+
+  if constexpr (kFc1) {
+    wait_for_prerequisite_grids();  // the routing
+    allow_dependent_grids();
+  }
+  const int row_tiles = args.rows / kRecordRows;
+  const int row_blocks = (row_tiles + kRecords - 1) / kRecords;
+  const int tile = blockIdx.x / row_blocks;
+  const int first_row_tile = blockIdx.x % row_blocks * kRecords;
+  if (tile >= args.tile_offsets[args.num_experts]) return;
+  const int expert = expert_of_tile(args, tile);
+  const int first_row = args.expert_offsets[expert] + (tile - args.tile_offsets[expert]) * kTileTokens;
+  const int tokens = min(kTileTokens, args.expert_offsets[expert + 1] - first_row);
+  const int split = blockIdx.y;
+  const int kt_begin = split * args.k_tiles / k_split, k_slices = (split + 1) * args.k_tiles / k_split - kt_begin;
+  if constexpr (!kFc1) {
+    wait_for_prerequisite_grids();  // FC1's activations (the routing was complete when FC2 started)
+    allow_dependent_grids();
+  }
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      mbarrier_init(full + 8 * s, kWgmmaProducerThreads + 1);  // every producer's cp.async, the records' bytes
+      mbarrier_init(empty + 8 * s, kConsumerWarps);
+    }
+    fence_mbarrier_init();
+  }
+  __syncthreads();
+
+  if (threadIdx.x < kWgmmaProducerThreads) {
+    registers_decrease<kWgmmaProducerRegisters>();
+    // Thread p copies 16-byte chunk p % 8 of tokens p / 8 + 16 i; warp 0's lanes copy a record each.
+    constexpr int kTokenSteps = kTileTokens / 16;
+    const int p = threadIdx.x, chunk = p % 8;
+    int source[kTokenSteps];  // input row of each token, -1: zeros
+#pragma unroll
+    for (int i = 0; i < kTokenSteps; ++i) {
+      const int token = p / 8 + 16 * i;
+      source[i] = token < tokens ? static_cast<int>(input_row(args, first_row + token, kFc1)) : -1;
+    }
+    const int records = min(kRecords, row_tiles - first_row_tile);
+    const unsigned char* expert_records =
+        args.records + (static_cast<long long>(expert) * row_tiles + first_row_tile) * args.k_tiles * kRecordBytes;
+    const auto* input = static_cast<const unsigned short*>(args.input);
+    for (int slice = 0; slice < k_slices; ++slice) {
+      const int s = slice % kStages;
+      if (slice >= kStages) mbarrier_wait(empty + 8 * s, (slice / kStages + 1) & 1);
+      const unsigned stage = smem_base + s * kStageBytes;
+      const int kt = kt_begin + slice;
+      if (p < 32) {
+        if (p == 0) mbarrier_arrive_expect_tx(full + 8 * s, records * kRecordBytes);
+        __syncwarp();
+        for (int r = p; r < records; r += 32) {
+          bulk_copy_counted(stage + kActivationBytes + r * kRecordBytes,
+                            expert_records + (static_cast<long long>(r) * args.k_tiles + kt) * kRecordBytes,
+                            kRecordBytes, full + 8 * s);
+        }
+      }
+      const int k = kt * kRecordK + 8 * chunk;
+#pragma unroll
+      for (int i = 0; i < kTokenSteps; ++i) {
+        const int token = p / 8 + 16 * i;
+        const bool valid = source[i] >= 0 && k < args.k;
+        const unsigned short* src = valid ? input + static_cast<long long>(source[i]) * args.k + k : input;
+        cp_async_16(smem + s * kStageBytes + swizzled_128b_offset(token, chunk), src, valid);
+      }
+      cp_async_mbarrier_arrive(full + 8 * s);
+    }
+    cp_async_wait<0>();  // its copies land before it exits
+    return;
+  }
+
+  registers_increase<Layout::kConsumerRegisters>();
+  const int consumer_warp = threadIdx.x / 32 - kWgmmaProducerThreads / 32, lane = threadIdx.x % 32;
+  const int group = consumer_warp / 4, group_warp = consumer_warp % 4;
+  // Record of block r of this warp within the tile: 64-row block (group, r), its 16-row part group_warp.
+  auto record_of = [&](int r) { return (group * kWarpRecords + r) * 4 + group_warp; };
+  float acc[kWarpRecords][kTileTokens / 2];  // the first slice's MMAs overwrite them
+  unsigned a[2][kWarpRecords][4][4];
+
+  // Slice `slice` through register set `set`: wait for its slot, dequantise, issue its MMAs, then
+  // hand back the slot of the slice before (whose MMAs the wait for all but the newest group ends).
+  auto step = [&](int slice, auto set) {
+    const int s = slice % kStages;
+    mbarrier_wait(full + 8 * s, (slice / kStages) & 1);
+    fence_proxy_async_shared();  // the producers' cp.async writes, read by wgmma
+    const unsigned stage = smem_base + s * kStageBytes;
+    const unsigned char* records = smem + s * kStageBytes + kActivationBytes;
+#pragma unroll
+    for (int r = 0; r < kWarpRecords; ++r) {
+      if (first_row_tile + record_of(r) < row_tiles) {
+        const unsigned char* record = records + record_of(r) * kRecordBytes;
+        dequantize_record(*reinterpret_cast<const uint4*>(record + 16 * lane),
+                          *reinterpret_cast<const unsigned*>(record + kRecordValueBytes + 4 * (lane / 4)),
+                          a[set.value][r]);
+      } else {
+#pragma unroll
+        for (int j = 0; j < 16; ++j) a[set.value][r][j / 4][j % 4] = 0u;
+      }
+    }
+    const unsigned long long descriptor = wgmma_descriptor_sw128(stage);
+    wgmma_fence();
+#pragma unroll
+    for (int r = 0; r < kWarpRecords; ++r) {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) WgmmaBf16<kTileTokens>::run(acc[r], a[set.value][r][j], descriptor + 2 * j, slice + j > 0);
+    }
+    wgmma_commit();
+    wgmma_wait<1>();
+    if (slice > 0 && lane == 0) mbarrier_arrive(empty + 8 * ((slice - 1) % kStages));
+  };
+  for (int slice = 0; slice < k_slices; slice += 2) {
+    step(slice, FragmentSet<0>{});
+    if (slice + 1 < k_slices) step(slice + 1, FragmentSet<1>{});
+  }
+  wgmma_wait<0>();
+#pragma unroll
+  for (int r = 0; r < kWarpRecords; ++r) {
+#pragma unroll
+    for (int i = 0; i < kTileTokens / 2; ++i) fence_operand(acc[r][i]);
+  }
+
+#pragma unroll
+  for (int r = 0; r < kWarpRecords; ++r) {
+    const int row_tile = first_row_tile + record_of(r);
+    if (row_tile >= row_tiles) continue;
+#pragma unroll
+    for (int t = 0; t < kTileTokens / 8; ++t) {
+      if (8 * t >= tokens) break;
+      const float tile_acc[4] = {acc[r][4 * t], acc[r][4 * t + 1], acc[r][4 * t + 2], acc[r][4 * t + 3]};
+      store_accumulators(args, tile_acc, expert, row_tile, first_row + 8 * t, tokens - 8 * t, split, kFc1);
+    }
+  }
+#else
+  __trap();  // wgmma needs sm_90a; the family's tactics are valid there alone
+#endif
+}
+
+}  // namespace mxmoe::kernels
+#endif

@@ -1,0 +1,102 @@
+// The Hopper prefill family (expert_wgmma.cuh): "wgmma.r<rows>x<tokens>.w<consumer warps>.s<stages>.k<split>".
+// A producer warpgroup feeds a shared-memory ring; consumer warpgroups dequantise the weights into
+// registers and multiply them with wgmma. sm_90a only (sm_100a has no wgmma).
+#include "kernels/expert_wgmma.cuh"
+#include "kernels/kernel_family.hpp"
+
+namespace mxmoe {
+namespace {
+
+// Per consumer thread: fp32 accumulators, at most 128 (the rest of its registers hold two sets of
+// dequantised fragments, 32 kWarpRecords, and addresses).
+constexpr int kMaxAccumulators = 128;
+
+Tactic wgmma(int tile_rows, int tile_tokens, int consumer_warps, int stages) {
+  return {.family = "wgmma",
+          .tile_rows = tile_rows,
+          .tile_tokens = tile_tokens,
+          .warps_rows = consumer_warps,
+          .smem_stages = stages};
+}
+
+class WgmmaFamily final : public KernelFamily {
+ public:
+  std::string_view prefix() const override { return "wgmma"; }
+
+  std::span<const NameField> name_fields() const override {
+    static constexpr NameField kFields[] = {{".r", &Tactic::tile_rows},
+                                            {"x", &Tactic::tile_tokens},
+                                            {".w", &Tactic::warps_rows},
+                                            {".s", &Tactic::smem_stages},
+                                            {".k", &Tactic::k_split}};
+    return kFields;
+  }
+
+  std::span<const TacticCandidate> candidates() const override {
+    static const TacticCandidate kCandidates[] = {
+        {wgmma(128, 64, 8, 6), "33-64 rows per expert: two consumer warpgroups of one 64-row block each"},
+        {wgmma(256, 64, 8, 5), "33-64 rows per expert, tall: each staged activation slice feeds 256 rows"},
+        {wgmma(128, 128, 8, 5), "65+ rows per expert: 64 x 128 accumulators per consumer warpgroup"},
+        {wgmma(192, 128, 12, 4), "65+ rows per expert: three consumer warpgroups; 192 divides 2880 and 5760"},
+        {wgmma(256, 128, 8, 4), "65+ rows per expert: fewest bytes per FLOP (two 64-row blocks per warp)"},
+        {wgmma(256, 128, 8, 6), "65+ rows per expert, 6-deep ring for long L2 latency"},
+    };
+    return kCandidates;
+  }
+
+  int smem_bytes(const Tactic& t, const StageShape&, int, bool) const override {
+    return kernels::wgmma_smem_bytes(t.tile_rows, t.tile_tokens, t.smem_stages);
+  }
+  int smem_limit(const Tactic& t, const Arch&) const override {
+    return kernels::wgmma_smem_bytes(t.tile_rows, t.tile_tokens, t.smem_stages);
+  }
+
+  KernelInstantiation instantiation(const Tactic& t) const override {
+    auto kernel = [&](bool fc1) {
+      return kernel_expression("expert_wgmma_kernel",
+                               {kernel_argument(t.tile_rows), kernel_argument(t.tile_tokens),
+                                kernel_argument(t.warps_rows), kernel_argument(t.smem_stages), kernel_argument(fc1)});
+    };
+    return {"kernels/expert_wgmma.cuh", kernel(true), kernel(false)};
+  }
+
+  // x = token-tile slots (an upper bound: pairs / tile_tokens + min(E, pairs); a CTA past the last
+  // tile exits) times row blocks of tile_rows, row block fastest; y = K splits.
+  LaunchGeometry geometry(const Tactic& t, const StageShape& shape, int num_tokens, bool, const void*) const override {
+    const long long pairs = static_cast<long long>(num_tokens) * shape.layer.top_k;
+    const long long slots = pairs / t.tile_tokens + std::min<long long>(shape.layer.num_experts, pairs);
+    const long long row_blocks = (shape.row_tiles() + t.tile_rows / 16 - 1) / (t.tile_rows / 16);
+    const dim3 grid(static_cast<unsigned>(slots * row_blocks), static_cast<unsigned>(t.k_split));
+    return {grid, kernels::kWgmmaProducerThreads + 32 * t.warps_rows, smem_bytes(t, shape, t.tile_tokens, false),
+            std::min(t.tile_tokens, num_tokens)};
+  }
+
+ protected:
+  std::string why_invalid_on(const Tactic& t, const Arch& arch) const override {
+    if (arch.name != "sm_90a") return "wgmma runs on sm_90a only (" + std::string(arch.name) + " has none)";
+    if (t.warps_rows != 8 && t.warps_rows != 12) return "8 or 12 consumer warps (2 or 3 warpgroups beside the producer's)";
+    if (t.tile_rows % (16 * t.warps_rows) != 0) return "tile rows must split into whole 16-row records per warp";
+    if (t.tile_tokens != 64 && t.tile_tokens != 128) return "tile tokens must be 64 or 128 (the wgmma N)";
+    const int accumulators = t.tile_rows / t.warps_rows / 16 * t.tile_tokens / 2;
+    if (accumulators > kMaxAccumulators) {
+      return std::to_string(accumulators) + " accumulators per thread (budget " + std::to_string(kMaxAccumulators) +
+             ")";
+    }
+    if (t.smem_stages < 2) return "a ring needs 2 stages";
+    const int smem = kernels::wgmma_smem_bytes(t.tile_rows, t.tile_tokens, t.smem_stages);
+    if (smem > arch.smem_per_block) {
+      return std::to_string(smem) + " bytes of shared memory (" + std::string(arch.name) + " allows " +
+             std::to_string(arch.smem_per_block) + ")";
+    }
+    return "";
+  }
+};
+
+}  // namespace
+
+const KernelFamily& wgmma_family() {
+  static const WgmmaFamily family;
+  return family;
+}
+
+}  // namespace mxmoe
