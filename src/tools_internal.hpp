@@ -14,6 +14,7 @@
 #include "jit/kernel_cache.hpp"      // KernelCache, default_kernel_cache
 #include "jit/nvrtc_compiler.hpp"    // nvrtc_version
 #include "probe/ptx_probe.hpp"       // ptx_probes, run_probe
+#include "kernels/family_registry.hpp"  // family_of
 #include "tactics/heuristic.hpp"     // default_tactics
 #include "tactics/tuned_plans.hpp"   // TunedPlans
 #include "tactics/validate_plan.hpp" // validate_plan

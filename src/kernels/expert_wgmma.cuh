@@ -76,7 +76,8 @@ __global__ void __launch_bounds__(kWgmmaProducerThreads + kConsumerWarps * 32, 1
   constexpr int kStageBytes = Layout::kStageBytes;
   constexpr int kActivationBytes = kTileTokens * kWgmmaTokenRowBytes;
   static_assert(kConsumerWarps % 4 == 0 && kRecords % kConsumerWarps == 0, "whole records per consumer warp");
-  static_assert(kTileTokens % 16 == 0 && kTileTokens <= 128, "16 to 128 tokens, whole 8-row swizzle groups");
+  static_assert(kTileTokens == 32 || kTileTokens == 64 || kTileTokens == 128 || kTileTokens == 256,
+                "a wgmma N of 32 to 256, whole 8-row swizzle groups per 16 producer threads");
   static_assert(kStages >= 2, "a pipeline needs two stages");
   unsigned char* smem = dynamic_smem();
   smem += (kWgmmaAlign - shared_address(smem) % kWgmmaAlign) % kWgmmaAlign;
@@ -190,7 +191,10 @@ __global__ void __launch_bounds__(kWgmmaProducerThreads + kConsumerWarps * 32, 1
     }
     wgmma_commit();
     wgmma_wait<1>();
-    if (slice > 0 && lane == 0) mbarrier_arrive(empty + 8 * ((slice - 1) % kStages));
+    if (slice > 0) {
+      __syncwarp();  // every lane's reads of the records come before lane 0's release
+      if (lane == 0) mbarrier_arrive(empty + 8 * ((slice - 1) % kStages));
+    }
   };
   for (int slice = 0; slice < k_slices; slice += 2) {
     step(slice, FragmentSet<0>{});

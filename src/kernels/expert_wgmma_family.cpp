@@ -34,12 +34,15 @@ class WgmmaFamily final : public KernelFamily {
 
   std::span<const TacticCandidate> candidates() const override {
     static const TacticCandidate kCandidates[] = {
+        {wgmma(256, 32, 8, 6), "17-32 rows per expert: streams the weights, 256 rows per staged activation slice"},
         {wgmma(128, 64, 8, 6), "33-64 rows per expert: two consumer warpgroups of one 64-row block each"},
         {wgmma(256, 64, 8, 5), "33-64 rows per expert, tall: each staged activation slice feeds 256 rows"},
         {wgmma(128, 128, 8, 5), "65+ rows per expert: 64 x 128 accumulators per consumer warpgroup"},
         {wgmma(192, 128, 12, 4), "65+ rows per expert: three consumer warpgroups; 192 divides 2880 and 5760"},
         {wgmma(256, 128, 8, 4), "65+ rows per expert: fewest bytes per FLOP (two 64-row blocks per warp)"},
         {wgmma(256, 128, 8, 6), "65+ rows per expert, 6-deep ring for long L2 latency"},
+        {wgmma(128, 256, 8, 4), "129+ rows per expert: each dequantised record feeds 256 tokens (half the dequantisation per FLOP)"},
+        {wgmma(128, 256, 8, 5), "129+ rows per expert, 5-deep ring"},
     };
     return kCandidates;
   }
@@ -76,7 +79,8 @@ class WgmmaFamily final : public KernelFamily {
     if (arch.name != "sm_90a") return "wgmma runs on sm_90a only (" + std::string(arch.name) + " has none)";
     if (t.warps_rows != 8 && t.warps_rows != 12) return "8 or 12 consumer warps (2 or 3 warpgroups beside the producer's)";
     if (t.tile_rows % (16 * t.warps_rows) != 0) return "tile rows must split into whole 16-row records per warp";
-    if (t.tile_tokens != 64 && t.tile_tokens != 128) return "tile tokens must be 64 or 128 (the wgmma N)";
+    if (t.tile_tokens != 32 && t.tile_tokens != 64 && t.tile_tokens != 128 && t.tile_tokens != 256)
+      return "tile tokens must be 32, 64, 128 or 256 (the wgmma N)";
     const int accumulators = t.tile_rows / t.warps_rows / 16 * t.tile_tokens / 2;
     if (accumulators > kMaxAccumulators) {
       return std::to_string(accumulators) + " accumulators per thread (budget " + std::to_string(kMaxAccumulators) +

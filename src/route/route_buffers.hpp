@@ -7,7 +7,7 @@ namespace mxmoe::kernels {
 
 // Token tiles whose per-expert prefix sums the permutation precomputes for the tiled kernels:
 // tile_offsets[i][e] = sum over experts before e of ceil(count / (8 << i)).
-constexpr int kTileSizeCount = 5;  // 8, 16, 32, 64, 128
+constexpr int kTileSizeCount = 6;  // 8, 16, 32, 64, 128, 256
 
 // Batches of at most this many pairs route themselves inside the expert kernels, one pair per lane
 // (small_batch_routing.cuh).

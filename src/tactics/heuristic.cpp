@@ -20,6 +20,12 @@ const Tactic kGemvWide{.family = "gemv", .tile_rows = 128, .tile_tokens = 8, .wa
 const Tactic kStreamK{.family = "sk", .tile_rows = 384, .tile_tokens = 8, .warps_rows = 24, .batch_records = 2};
 const Tactic kStreamK16{.family = "sk", .tile_rows = 384, .tile_tokens = 16, .warps_rows = 24, .batch_records = 2};
 
+// From 48 expected rows per expert on sm_90a: the wgmma family's 256-row x 128-token tile, which
+// moves the fewest bytes per FLOP of its tactics; on the H100 it beats the mma tiles 1.6x at 64
+// rows (even half full) and loses to them at 32 (docs/perf-notes.md, "the wgmma family").
+const Tactic kWgmmaPrefill{.family = "wgmma", .tile_rows = 256, .tile_tokens = 128, .warps_rows = 8, .smem_stages = 4};
+constexpr long long kWgmmaRowsExpected = 48;
+
 Tactic mma_tile(int tile_tokens) {
   if (tile_tokens <= 32) {
     return {.family = "mma", .tile_rows = 128, .tile_tokens = tile_tokens, .warps_rows = 4, .smem_stages = 4};
@@ -52,6 +58,7 @@ LayerPlan heuristic_plan(const MoeShape& shape, int num_tokens, const Arch& arch
     return {kGemvWide, kGemvWide};
   }
   if (fits(kStreamK16) && rows_expected <= 8) return {kStreamK16, kStreamK16};
+  if (rows_expected >= kWgmmaRowsExpected && fits(kWgmmaPrefill)) return {kWgmmaPrefill, kWgmmaPrefill};
   int tile = 16;
   while (tile < 128 && tile < rows_expected) tile *= 2;
   return {mma_tile(tile), mma_tile(tile)};
@@ -59,7 +66,7 @@ LayerPlan heuristic_plan(const MoeShape& shape, int num_tokens, const Arch& arch
 
 std::vector<Tactic> default_tactics() {
   return {kGemvFewFc1,  kGemvFewFc2,  kGemvWide,    kStreamK,     kStreamK16,
-          mma_tile(16), mma_tile(32), mma_tile(64), mma_tile(128)};
+          mma_tile(16), mma_tile(32), mma_tile(64), mma_tile(128), kWgmmaPrefill};
 }
 
 }  // namespace mxmoe

@@ -41,7 +41,8 @@ BrokenRule first_broken_rule(const Tactic& t, const Arch& arch) {
     if (arch.name != "sm_90a") return {"wgmma on sm_90a only", "sm_90a only"};
     if (t.warps_rows != 8 && t.warps_rows != 12) return {"2 or 3 consumer warpgroups", "consumer warps"};
     if (t.tile_rows % (16 * t.warps_rows) != 0) return {"whole 16-row records per warp", "16-row records"};
-    if (t.tile_tokens != 64 && t.tile_tokens != 128) return {"the wgmma N: 64 or 128 tokens", "64 or 128"};
+    if (t.tile_tokens != 32 && t.tile_tokens != 64 && t.tile_tokens != 128 && t.tile_tokens != 256)
+      return {"the wgmma N: 32, 64, 128 or 256 tokens", "32, 64, 128 or 256"};
     if (t.tile_rows / t.warps_rows / 16 * t.tile_tokens / 2 > 128) return {"at most 128 accumulators", "accumulators"};
     if (t.smem_stages < 2) return {"at least 2 stages", "2 stages"};
     // slack to align to 1024, per stage the swizzled activations and the records rounded to 1024, two barriers
@@ -256,16 +257,18 @@ TEST(Heuristic, PinnedChoices) {
       {"gpt-oss-20b", 65, "mma.r128x16.w4x1.s4.k1", "mma.r128x16.w4x1.s4.k1"},
       {"gpt-oss-20b", 128, "mma.r128x16.w4x1.s4.k1", "mma.r128x16.w4x1.s4.k1"},
       {"gpt-oss-20b", 129, "mma.r128x32.w4x1.s4.k1", "mma.r128x32.w4x1.s4.k1"},
-      {"gpt-oss-20b", 512, "mma.r128x64.w2x2.s3.k1", "mma.r128x64.w2x2.s3.k1"},
-      {"gpt-oss-20b", 513, "mma.r128x128.w2x4.s3.k1", "mma.r128x128.w2x4.s3.k1"},
-      {"gpt-oss-20b", 4096, "mma.r128x128.w2x4.s3.k1", "mma.r128x128.w2x4.s3.k1"},
+      {"gpt-oss-20b", 376, "mma.r128x64.w2x2.s3.k1", "mma.r128x64.w2x2.s3.k1"},    // expected 47 rows
+      {"gpt-oss-20b", 377, "wgmma.r256x128.w8.s4.k1", "wgmma.r256x128.w8.s4.k1"},  // 48: wgmma from here
+      {"gpt-oss-20b", 4096, "wgmma.r256x128.w8.s4.k1", "wgmma.r256x128.w8.s4.k1"},
       {"gpt-oss-120b", 1, "gemv.r64x8.w4x2.u2.k1", "gemv.r32x8.w2x4.u2.k1"},
       {"gpt-oss-120b", 64, "sk.r384x8.w24.u2.k1", "sk.r384x8.w24.u2.k1"},   // expected 2 rows
       {"gpt-oss-120b", 128, "sk.r384x8.w24.u2.k1", "sk.r384x8.w24.u2.k1"},  // expected 4 rows
       {"gpt-oss-120b", 129, "sk.r384x16.w24.u2.k1", "sk.r384x16.w24.u2.k1"},
       {"gpt-oss-120b", 257, "mma.r128x16.w4x1.s4.k1", "mma.r128x16.w4x1.s4.k1"},
       {"gpt-oss-120b", 1024, "mma.r128x32.w4x1.s4.k1", "mma.r128x32.w4x1.s4.k1"},
-      {"gpt-oss-120b", 4096, "mma.r128x128.w2x4.s3.k1", "mma.r128x128.w2x4.s3.k1"},
+      {"gpt-oss-120b", 1504, "mma.r128x64.w2x2.s3.k1", "mma.r128x64.w2x2.s3.k1"},
+      {"gpt-oss-120b", 1505, "wgmma.r256x128.w8.s4.k1", "wgmma.r256x128.w8.s4.k1"},
+      {"gpt-oss-120b", 4096, "wgmma.r256x128.w8.s4.k1", "wgmma.r256x128.w8.s4.k1"},
   };
 
   const Arch& sm90 = arch_by_name("sm_90a");
