@@ -14,7 +14,7 @@ enum class Stage { kFc1, kFc2 };
 // Each field means one thing in every family that has it; a family's names spell only its own
 // fields, and the others keep the defaults below.
 struct Tactic {
-  std::string family;      // the family's name prefix: "gemv", "sk", "ring", "fused", "mma"
+  std::string family;      // the family's name prefix: "gemv", "sk", "ring", "fused", "mma", "wgmma"
   int tile_rows = 0;       // weight rows per CTA tile: whole 16-row records
   int tile_tokens = 0;     // sorted token rows per tile (per pass of the GEMV-style families)
   int warps_rows = 1;      // warps along the weight rows
