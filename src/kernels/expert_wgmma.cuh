@@ -16,8 +16,10 @@
 // kTileTokens + min(E, pairs); a CTA past the last tile exits); y = K split (FC2 only).
 // Budget per CTA and slice: kTileRows / 16 x 544 weight bytes and kTileTokens x 128 activation
 // bytes from L2, 2 x 64 kTileRows kTileTokens FLOPs; a 256 x 128 tile moves 24.6 KB per 4.2 MFLOP
-// (~24 bytes per SM clock at the H100's dense bf16 rate), a tenth of it dequantisation work
-// (~50 instructions per record per warp against 64 tensor clocks per record at N = 128).
+// (~24 bytes per SM clock at the H100's dense bf16 rate), and its dequantisation takes ~70
+// instructions per record per lane against 64 tensor clocks per record at N = 128. On the H100 the
+// producer's 16-byte cp.async fill, not the tensor cores, bounds it (docs/perf-notes.md, "the wgmma
+// family").
 #pragma once
 
 #include "kernels/expert_gemm.cuh"
