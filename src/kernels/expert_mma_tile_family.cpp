@@ -90,12 +90,7 @@ class MmaTileFamily final : public KernelFamily {
     }
     if (records * 16 > kMaxFragmentRegisters) return "too many dequantised fragment registers per thread";
     if (t.smem_stages < 2) return "a cp.async pipeline needs 2 stages";
-    const int smem = kernels::mma_tile_smem_bytes(t.tile_rows, t.tile_tokens, t.smem_stages);
-    if (smem > arch.smem_per_block) {
-      return std::to_string(smem) + " bytes of shared memory (" + std::string(arch.name) + " allows " +
-             std::to_string(arch.smem_per_block) + ")";
-    }
-    return "";
+    return why_over_shared_memory(smem_limit(t, arch), arch);
   }
 };
 

@@ -87,12 +87,7 @@ class WgmmaFamily final : public KernelFamily {
              ")";
     }
     if (t.smem_stages < 2) return "a ring needs 2 stages";
-    const int smem = kernels::wgmma_smem_bytes(t.tile_rows, t.tile_tokens, t.smem_stages);
-    if (smem > arch.smem_per_block) {
-      return std::to_string(smem) + " bytes of shared memory (" + std::string(arch.name) + " allows " +
-             std::to_string(arch.smem_per_block) + ")";
-    }
-    return "";
+    return why_over_shared_memory(smem_limit(t, arch), arch);
   }
 };
 

@@ -71,6 +71,14 @@ inline std::string why_invalid_warps(const Tactic& t) {
   return t.warps_rows < 1 || t.warps_tokens < 1 || t.warps_k < 1 || t.warps() > 16 ? "1 to 16 warps per CTA" : "";
 }
 
+// Empty when `bytes` of dynamic shared memory fit `arch`'s opt-in limit (the tiled families'
+// rule on a tactic's whole ring).
+inline std::string why_over_shared_memory(int bytes, const Arch& arch) {
+  if (bytes <= arch.smem_per_block) return "";
+  return std::to_string(bytes) + " bytes of shared memory (" + std::string(arch.name) + " allows " +
+         std::to_string(arch.smem_per_block) + ")";
+}
+
 class KernelFamily;
 
 // One expert-kernel launch of a prepared plan (runner/launch_plan.hpp makes them).
