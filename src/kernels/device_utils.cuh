@@ -72,11 +72,6 @@ __device__ __forceinline__ void bulk_copy_to_shared(unsigned destination, const 
   mbarrier_arrive_expect_tx(barrier, bytes);
   bulk_copy_counted(destination, source, bytes, barrier);
 }
-// One arrival on the barrier once every cp.async this thread issued before has landed (the
-// barrier's arrival count includes it: .noinc).
-__device__ __forceinline__ void cp_async_mbarrier_arrive(unsigned barrier) {
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(barrier) : "memory");
-}
 // Spins until the barrier's phase of parity `parity` has completed.
 __device__ __forceinline__ void mbarrier_wait(unsigned barrier, unsigned parity) {
   unsigned done = 0;

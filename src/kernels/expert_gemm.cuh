@@ -140,6 +140,21 @@ __device__ __forceinline__ int expert_of_tile(const ExpertGemmArgs& args, int ti
   return lo;
 }
 
+// Token tile `tile` of a tiled kernel with kTileTokens-token tiles: its expert (-1 past the last
+// tile), the sorted row of its token 0 and how many tokens it has. Reads the routing.
+struct TokenTile {
+  int expert = -1, first_row = 0, tokens = 0;
+};
+template <int kTileTokens>
+__device__ __forceinline__ TokenTile token_tile(const ExpertGemmArgs& args, int tile) {
+  TokenTile t;
+  if (tile >= args.tile_offsets[args.num_experts]) return t;
+  t.expert = expert_of_tile(args, tile);
+  t.first_row = args.expert_offsets[t.expert] + (tile - args.tile_offsets[t.expert]) * kTileTokens;
+  t.tokens = min(kTileTokens, args.expert_offsets[t.expert + 1] - t.first_row);
+  return t;
+}
+
 // Reads the routing: call it after FC1's wait for the routing.
 __device__ __forceinline__ GemvWork gemv_work(const ExpertGemmArgs& args, int slot, int split, int k_split) {
   // Both loads at once (slot < E, so the second is in bounds even past the active count).

@@ -9,8 +9,11 @@ namespace mxmoe::kernels {
 struct ExpertGemmArgs {
   const unsigned char* records;  // [E][rows / 16][k_tiles] records
   const float* bias;             // [E][rows], packed row order
-  const void* input;             // bf16. FC1: x [T, K]; FC2: activation [pairs, K] in sorted-row order
-  const int* sorted_pairs;       // FC1 reads x row sorted_pairs[row] / top_k; FC2 reads its own row
+  // bf16. FC1: x [T, K], or for a family that reads it in sorted rows (KernelFamily::
+  // reads_sorted_input) x gathered into sorted-row order [pairs, K]; FC2: activation [pairs, K] in
+  // sorted-row order.
+  const void* input;
+  const int* sorted_pairs;  // FC1 reads x row sorted_pairs[row] / top_k (x as given); FC2 its own row
   int top_k;
   int rows;     // FC1: 2 I; FC2: H
   int k;        // FC1: H; FC2: I (a multiple of 32)
@@ -33,6 +36,12 @@ struct ExpertGemmArgs {
   // (threads x tokens / 2 floats) and a flag that they are written (the routing zeroes it).
   float* stream_partials;
   int* stream_flags;
+};
+
+// A CUDA tensor map (CUtensorMap: 128 opaque bytes, 64-byte aligned) as a kernel parameter, for
+// the bulk tensor copies of the wgmma family (device/tensor_map.hpp encodes it).
+struct alignas(64) TensorMap {
+  unsigned long long words[16];
 };
 
 // The stream-K GEMV runs at most this many CTAs (one per SM); the workspace holds per stage that

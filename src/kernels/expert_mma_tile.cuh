@@ -61,11 +61,8 @@ __global__ void __launch_bounds__(kWarpsRows * kWarpsTokens * 32)
     allow_dependent_grids();
   }
   // Which expert and which of its token tiles this CTA owns.
-  const int tile = blockIdx.x;
-  if (tile >= args.tile_offsets[args.num_experts]) return;
-  const int expert = expert_of_tile(args, tile);
-  const int first_row = args.expert_offsets[expert] + (tile - args.tile_offsets[expert]) * kTileTokens;
-  const int tokens = min(kTileTokens, args.expert_offsets[expert + 1] - first_row);
+  const auto [expert, first_row, tokens] = token_tile<kTileTokens>(args, blockIdx.x);
+  if (expert < 0) return;
   const int row_tiles = args.rows / kRecordRows;
   const int first_row_tile = blockIdx.y * Smem::kRecords;
   const int split = blockIdx.z;

@@ -1,25 +1,26 @@
 // The Hopper prefill family (sm_90a): a CTA computes kTileRows weight rows x kTileTokens sorted rows
-// of one expert on the warpgroup tensor cores. One producer warpgroup fills a kStages-deep ring of
-// 64-K slices: the slice's records (kTileRows / 16 of them, 544 bytes each) by cp.async.bulk, and
-// the tile's activation rows (gathered through the sorted pairs for FC1) by cp.async into the
-// 128-byte swizzle wgmma reads, both completing on the slot's "full" barrier. kConsumerWarps / 4
-// consumer warpgroups each own 64 kWarpRecords weight rows: per slice a consumer warp dequantises
-// its kWarpRecords records into bf16 A fragments in registers (mxfp4_fragment.cuh) and issues
+// of one expert on the warpgroup tensor cores. One producer warp fills a kStages-deep ring of 64-K
+// slices: the tile's activation rows by one tensor copy (the input is in sorted rows: FC2's
+// always, FC1's x gathered so by the gather launch after the routing), which writes them in the
+// 128-byte swizzle wgmma reads, and the slice's records (kTileRows / 16 of them, 544 bytes each)
+// by cp.async.bulk, all completing on the slot's "full" barrier. kConsumerWarps / 4 consumer
+// warpgroups each own 64 kWarpRecords weight rows: per slice a consumer warp dequantises its
+// kWarpRecords records into bf16 A fragments in registers (mxfp4_fragment.cuh) and issues
 // 4 kWarpRecords wgmma m64nNk16 with the activations as B from shared memory; the slice's MMAs run
 // while the warp dequantises the next slice into the other register set, and a slot is handed
 // back on its "empty" barrier once the MMAs that read it are done. Accumulators go straight to
 // the epilogue of the tiled families (store_accumulators: FC1's bias and SwiGLU, FC2's bias and
-// K split). The producer runs on 56 registers so that the consumers get the rest (setmaxnreg).
+// K split). The producer warpgroup runs on 56 registers so that the consumers get the rest
+// (setmaxnreg); its warps 1-3 have nothing to do.
 //
 // Grid (expert_wgmma_family.cpp): x = token-tile slot x row blocks, row block fastest, so that the
 // CTAs in flight together share a token tile's activations in L2 (upper bound on slots pairs /
 // kTileTokens + min(E, pairs); a CTA past the last tile exits); y = K split (FC2 only).
 // Budget per CTA and slice: kTileRows / 16 x 544 weight bytes and kTileTokens x 128 activation
 // bytes from L2, 2 x 64 kTileRows kTileTokens FLOPs; a 256 x 128 tile moves 24.6 KB per 4.2 MFLOP
-// (~24 bytes per SM clock at the H100's dense bf16 rate), and its dequantisation takes ~70
-// instructions per record per lane against 64 tensor clocks per record at N = 128. On the H100 the
-// producer's 16-byte cp.async fill, not the tensor cores, bounds it (docs/perf-notes.md, "the wgmma
-// family").
+// (~24 bytes per SM clock at the H100's dense bf16 rate, within what the copy engine brings from
+// L2), and its dequantisation takes ~70 instructions per record per lane against 64 tensor clocks
+// per record at N = 128 (docs/perf-notes.md, "the wgmma family").
 #pragma once
 
 #include "kernels/expert_gemm.cuh"
@@ -68,9 +69,30 @@ struct FragmentSet {
   static constexpr int value = kSet;
 };
 
+// A consumer warpgroup's MMAs of one slice, at the narrowest width in {kN, kN / 2, kN / 4} (at
+// least 32) that covers the tile's `tokens`: an expert's last, partial token tile then costs about
+// what it holds. The widths write prefixes of the same accumulators; `first`: the tile's first
+// slice, whose first k-step overwrites them.
+template <int kN, int kNarrowings = 2, int kWarpRecords, int kAccumulators>
+__device__ __forceinline__ void multiply_slice(float (&acc)[kWarpRecords][kAccumulators],
+                                               const unsigned (&a)[kWarpRecords][4][4], unsigned long long descriptor,
+                                               bool first, int tokens) {
+  if constexpr (kNarrowings > 0 && kN / 2 >= 32) {
+    if (tokens <= kN / 2) {
+      multiply_slice<kN / 2, kNarrowings - 1>(acc, a, descriptor, first, tokens);
+      return;
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < kWarpRecords; ++r) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) WgmmaBf16<kN>::run(acc[r], a[r][j], descriptor + 2 * j, !first || j > 0);
+  }
+}
+
 template <int kTileRows, int kTileTokens, int kConsumerWarps, int kStages, bool kFc1>
 __global__ void __launch_bounds__(kWgmmaProducerThreads + kConsumerWarps * 32, 1)
-    expert_wgmma_kernel(ExpertGemmArgs args, int k_split) {
+    expert_wgmma_kernel(ExpertGemmArgs args, int k_split, const __grid_constant__ TensorMap activations) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int kRecords = kTileRows / kRecordRows;
   constexpr int kWarpRecords = kRecords / kConsumerWarps;  // 64-row MMA blocks per consumer warpgroup
@@ -79,35 +101,26 @@ __global__ void __launch_bounds__(kWgmmaProducerThreads + kConsumerWarps * 32, 1
   constexpr int kActivationBytes = kTileTokens * kWgmmaTokenRowBytes;
   static_assert(kConsumerWarps % 4 == 0 && kRecords % kConsumerWarps == 0, "whole records per consumer warp");
   static_assert(kTileTokens == 32 || kTileTokens == 64 || kTileTokens == 128 || kTileTokens == 256,
-                "a wgmma N of 32 to 256, whole 8-row swizzle groups per 16 producer threads");
+                "a wgmma N of 32 to 256, and at most 256 rows in a tensor copy's box");
   static_assert(kStages >= 2, "a pipeline needs two stages");
   unsigned char* smem = dynamic_smem();
   smem += (kWgmmaAlign - shared_address(smem) % kWgmmaAlign) % kWgmmaAlign;
   const unsigned smem_base = shared_address(smem);
   const unsigned full = smem_base + kStages * kStageBytes, empty = full + 8 * kStages;
 
-  if constexpr (kFc1) {
-    wait_for_prerequisite_grids();  // the routing
-    allow_dependent_grids();
-  }
+  wait_for_prerequisite_grids();  // FC1: the gather into sorted rows; FC2: FC1's activations
+  allow_dependent_grids();
   const int row_tiles = args.rows / kRecordRows;
   const int row_blocks = (row_tiles + kRecords - 1) / kRecords;
-  const int tile = blockIdx.x / row_blocks;
+  const auto [expert, first_row, tokens] = token_tile<kTileTokens>(args, blockIdx.x / row_blocks);
+  if (expert < 0) return;
   const int first_row_tile = blockIdx.x % row_blocks * kRecords;
-  if (tile >= args.tile_offsets[args.num_experts]) return;
-  const int expert = expert_of_tile(args, tile);
-  const int first_row = args.expert_offsets[expert] + (tile - args.tile_offsets[expert]) * kTileTokens;
-  const int tokens = min(kTileTokens, args.expert_offsets[expert + 1] - first_row);
   const int split = blockIdx.y;
   const int kt_begin = split * args.k_tiles / k_split, k_slices = (split + 1) * args.k_tiles / k_split - kt_begin;
-  if constexpr (!kFc1) {
-    wait_for_prerequisite_grids();  // FC1's activations (the routing was complete when FC2 started)
-    allow_dependent_grids();
-  }
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
-      mbarrier_init(full + 8 * s, kWgmmaProducerThreads + 1);  // every producer's cp.async, the records' bytes
-      mbarrier_init(empty + 8 * s, kConsumerWarps);
+      mbarrier_init(full + 8 * s, 1);  // the producer's arrival, which expects the slice's bytes
+      mbarrier_init(empty + 8 * s, kConsumerWarps * 32);
     }
     fence_mbarrier_init();
   }
@@ -115,44 +128,29 @@ __global__ void __launch_bounds__(kWgmmaProducerThreads + kConsumerWarps * 32, 1
 
   if (threadIdx.x < kWgmmaProducerThreads) {
     registers_decrease<kWgmmaProducerRegisters>();
-    // Thread p copies 16-byte chunk p % 8 of tokens p / 8 + 16 i; warp 0's lanes copy a record each.
-    constexpr int kTokenSteps = kTileTokens / 16;
-    const int p = threadIdx.x, chunk = p % 8;
-    int source[kTokenSteps];  // input row of each token, -1: zeros
-#pragma unroll
-    for (int i = 0; i < kTokenSteps; ++i) {
-      const int token = p / 8 + 16 * i;
-      source[i] = token < tokens ? static_cast<int>(input_row(args, first_row + token, kFc1)) : -1;
-    }
+    if (threadIdx.x >= 32) return;  // warp 0 issues every copy
+    // Lane 0 copies the slice's activation box (the tile's rows past the tensor read as zeros);
+    // every lane copies records.
+    const int lane = threadIdx.x;
     const int records = min(kRecords, row_tiles - first_row_tile);
     const unsigned char* expert_records =
         args.records + (static_cast<long long>(expert) * row_tiles + first_row_tile) * args.k_tiles * kRecordBytes;
-    const auto* input = static_cast<const unsigned short*>(args.input);
     for (int slice = 0; slice < k_slices; ++slice) {
       const int s = slice % kStages;
       if (slice >= kStages) mbarrier_wait(empty + 8 * s, (slice / kStages + 1) & 1);
       const unsigned stage = smem_base + s * kStageBytes;
       const int kt = kt_begin + slice;
-      if (p < 32) {
-        if (p == 0) mbarrier_arrive_expect_tx(full + 8 * s, records * kRecordBytes);
-        __syncwarp();
-        for (int r = p; r < records; r += 32) {
-          bulk_copy_counted(stage + kActivationBytes + r * kRecordBytes,
-                            expert_records + (static_cast<long long>(r) * args.k_tiles + kt) * kRecordBytes,
-                            kRecordBytes, full + 8 * s);
-        }
+      if (lane == 0) {
+        mbarrier_arrive_expect_tx(full + 8 * s, kActivationBytes + records * kRecordBytes);
+        tensor_copy_2d(stage, activations, kt * kRecordK, first_row, full + 8 * s);
       }
-      const int k = kt * kRecordK + 8 * chunk;
-#pragma unroll
-      for (int i = 0; i < kTokenSteps; ++i) {
-        const int token = p / 8 + 16 * i;
-        const bool valid = source[i] >= 0 && k < args.k;
-        const unsigned short* src = valid ? input + static_cast<long long>(source[i]) * args.k + k : input;
-        cp_async_16(smem + s * kStageBytes + swizzled_128b_offset(token, chunk), src, valid);
+      __syncwarp();
+      for (int r = lane; r < records; r += 32) {
+        bulk_copy_counted(stage + kActivationBytes + r * kRecordBytes,
+                          expert_records + (static_cast<long long>(r) * args.k_tiles + kt) * kRecordBytes,
+                          kRecordBytes, full + 8 * s);
       }
-      cp_async_mbarrier_arrive(full + 8 * s);
     }
-    cp_async_wait<0>();  // its copies land before it exits
     return;
   }
 
@@ -169,7 +167,6 @@ __global__ void __launch_bounds__(kWgmmaProducerThreads + kConsumerWarps * 32, 1
   auto step = [&](int slice, auto set) {
     const int s = slice % kStages;
     mbarrier_wait(full + 8 * s, (slice / kStages) & 1);
-    fence_proxy_async_shared();  // the producers' cp.async writes, read by wgmma
     const unsigned stage = smem_base + s * kStageBytes;
     const unsigned char* records = smem + s * kStageBytes + kActivationBytes;
 #pragma unroll
@@ -186,17 +183,11 @@ __global__ void __launch_bounds__(kWgmmaProducerThreads + kConsumerWarps * 32, 1
     }
     const unsigned long long descriptor = wgmma_descriptor_sw128(stage);
     wgmma_fence();
-#pragma unroll
-    for (int r = 0; r < kWarpRecords; ++r) {
-#pragma unroll
-      for (int j = 0; j < 4; ++j) WgmmaBf16<kTileTokens>::run(acc[r], a[set.value][r][j], descriptor + 2 * j, slice + j > 0);
-    }
+    multiply_slice<kTileTokens>(acc, a[set.value], descriptor, slice == 0, tokens);
     wgmma_commit();
     wgmma_wait<1>();
-    if (slice > 0) {
-      __syncwarp();  // every lane's reads of the records come before lane 0's release
-      if (lane == 0) mbarrier_arrive(empty + 8 * ((slice - 1) % kStages));
-    }
+    // Every consumer thread arrives: an arrival releases the arriving thread's own reads only.
+    if (slice > 0) mbarrier_arrive(empty + 8 * ((slice - 1) % kStages));
   };
   for (int slice = 0; slice < k_slices; slice += 2) {
     step(slice, FragmentSet<0>{});

@@ -1,6 +1,8 @@
 // The Hopper prefill family (expert_wgmma.cuh): "wgmma.r<rows>x<tokens>.w<consumer warps>.s<stages>.k<split>".
 // A producer warpgroup feeds a shared-memory ring; consumer warpgroups dequantise the weights into
 // registers and multiply them with wgmma. sm_90a only (sm_100a has no wgmma).
+#include "device/cuda_check.hpp"
+#include "device/tensor_map.hpp"
 #include "kernels/expert_wgmma.cuh"
 #include "kernels/kernel_family.hpp"
 
@@ -47,6 +49,8 @@ class WgmmaFamily final : public KernelFamily {
     return kCandidates;
   }
 
+  bool reads_sorted_input() const override { return true; }
+
   int smem_bytes(const Tactic& t, const StageShape&, int, bool) const override {
     return kernels::wgmma_smem_bytes(t.tile_rows, t.tile_tokens, t.smem_stages);
   }
@@ -72,6 +76,18 @@ class WgmmaFamily final : public KernelFamily {
     const dim3 grid(static_cast<unsigned>(slots * row_blocks), static_cast<unsigned>(t.k_split));
     return {grid, kernels::kWgmmaProducerThreads + 32 * t.warps_rows, smem_bytes(t, shape, t.tile_tokens, false),
             std::min(t.tile_tokens, num_tokens)};
+  }
+
+  // The kernel takes (its stage's arguments, the K split, the tensor map of its input's sorted rows,
+  // [pairs, K] with boxes of 64 K x tile_tokens rows).
+  void launch(const ExpertLaunch& l, const kernels::LayerArgs& args, cudaStream_t stream) const override {
+    kernels::ExpertGemmArgs stage_args = stage_arguments(l, args);
+    const long long pairs = static_cast<long long>(stage_args.num_tokens) * stage_args.top_k;
+    kernels::TensorMap input = bf16_rows_map(stage_args.input, stage_args.k, pairs, l.tactic.tile_tokens, l.what);
+    int k_split = l.tactic.k_split;
+    void* params[] = {&stage_args, &k_split, &input};
+    launch_programmatic(l.kernel, l.geometry.grid, dim3(l.geometry.threads), params,
+                        static_cast<size_t>(l.geometry.smem_bytes), stream, l.what);
   }
 
  protected:

@@ -60,9 +60,14 @@ std::string KernelFamily::why_invalid(const Tactic& t, const Arch& arch, const S
 
 int KernelFamily::smem_limit(const Tactic&, const Arch& arch) const { return arch.smem_per_block; }
 
-void KernelFamily::launch(const ExpertLaunch& l, const kernels::LayerArgs& args, cudaStream_t stream) const {
+kernels::ExpertGemmArgs KernelFamily::stage_arguments(const ExpertLaunch& l, const kernels::LayerArgs& args) {
   kernels::ExpertGemmArgs stage_args = l.stage == Stage::kFc1 ? args.fc1 : args.fc2;
   stage_args.staged_rows = l.geometry.staged_rows;
+  return stage_args;
+}
+
+void KernelFamily::launch(const ExpertLaunch& l, const kernels::LayerArgs& args, cudaStream_t stream) const {
+  kernels::ExpertGemmArgs stage_args = stage_arguments(l, args);
   int k_split = l.tactic.k_split;
   void* params[] = {&stage_args, &k_split};
   launch_programmatic(l.kernel, l.geometry.grid, dim3(l.geometry.threads), params,

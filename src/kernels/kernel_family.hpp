@@ -114,6 +114,10 @@ class KernelFamily {
   // router logits (expert_gemm.cuh, route_small_batch_in_cta), with no routing launch before them.
   virtual bool routes_small_batches() const { return false; }
 
+  // Whether its FC1 reads x gathered into sorted-row order (a gather launch after the routing
+  // writes it), so that a token tile's rows are one block of the input.
+  virtual bool reads_sorted_input() const { return false; }
+
   // Dynamic shared memory of a launch on `shape` that stages `staged_rows` token rows.
   virtual int smem_bytes(const Tactic& t, const StageShape& shape, int staged_rows, bool routes_itself) const = 0;
   // The most any launch of its kernels asks, which they are allowed when loaded. No expert kernel
@@ -133,6 +137,9 @@ class KernelFamily {
   virtual void launch(const ExpertLaunch& launch, const kernels::LayerArgs& args, cudaStream_t stream) const;
 
  protected:
+  // A per-stage launch's arguments: its stage's, with the launch's staged rows.
+  static kernels::ExpertGemmArgs stage_arguments(const ExpertLaunch& launch, const kernels::LayerArgs& args);
+
   // The family's own rules on `t` and `arch`: empty when it may run there.
   virtual std::string why_invalid_on(const Tactic& t, const Arch& arch) const = 0;
   // Why the family takes no K split; empty when it does (FC2's partial sums added by the un-permute).

@@ -1,6 +1,7 @@
 // Hopper warpgroup MMA (sm_90a only): the wgmma.mma_async wrappers mxmoe uses, A from registers
 // (dequantised weights) and B from shared memory (activations) through a matrix descriptor, and
-// the fences and register-count changes that go with them. No headers, as in device_utils.cuh.
+// the tensor copies that fill B, and the fences and register-count changes that go with them. No
+// toolkit headers, as in device_utils.cuh.
 //
 // A warpgroup is 4 consecutive warps. m64nNk16 with A in registers: warp w of the group holds
 // rows 16 w .. 16 w + 15 of A in the m16n8k16 A fragment layout (mxfp4_fragment.cuh), and its
@@ -8,12 +9,24 @@
 // (expert_gemm.cuh's store_accumulators takes them as they are).
 #pragma once
 
+#include "kernels/expert_gemm_args.hpp"
+
 namespace mxmoe::kernels {
 
-// B of N rows x 64 bf16 of K (128 bytes a row) in the 128-byte swizzle: row n at n * 128, its
-// 16-byte chunk c at chunk c ^ (n % 8); 1024-byte aligned, 8-row groups 1024 bytes apart.
-__device__ __forceinline__ unsigned swizzled_128b_offset(int row, int chunk) {
-  return row * 128 + ((chunk ^ (row % 8)) << 4);
+// B is N rows x 64 bf16 of K (128 bytes a row) in the 128-byte swizzle, as a tensor copy with
+// CU_TENSOR_MAP_SWIZZLE_128B writes it (device/tensor_map.hpp): row n at n * 128, its 16-byte
+// chunk c at chunk c ^ (n % 8); 1024-byte aligned, 8-row groups 1024 bytes apart.
+
+// One box of a 2-D tensor map (a __grid_constant__ kernel parameter) at element coordinates
+// (column, row) into shared memory at `destination`; the box's full size counts on `barrier`,
+// zeros included where it reaches past the tensor.
+__device__ __forceinline__ void tensor_copy_2d(unsigned destination, const TensorMap& map, int column, int row,
+                                               unsigned barrier) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(
+          destination),
+      "l"(reinterpret_cast<unsigned long long>(&map)), "r"(column), "r"(row), "r"(barrier)
+      : "memory");
 }
 
 // The descriptor of such a tile at shared-window address `address` (K-major, 128-byte swizzle:
@@ -30,10 +43,6 @@ template <int kPending>
 __device__ __forceinline__ void wgmma_wait() {
   asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
 }
-// Shared memory written through the generic proxy (cp.async, st.shared), seen by wgmma's reads.
-__device__ __forceinline__ void fence_proxy_async_shared() {
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-}
 // Keeps the compiler from moving accesses of `value` across the asynchronous MMAs.
 __device__ __forceinline__ void fence_operand(float& value) { asm volatile("" : "+f"(value)::"memory"); }
 
@@ -47,12 +56,17 @@ __device__ __forceinline__ void registers_increase() {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegisters));
 }
 
-// d = a * B + (accumulate ? d : 0): m64nNk16, bf16 inputs, fp32 accumulators, B K-major.
+// d = a * B + (accumulate ? d : 0): m64nNk16, bf16 inputs, fp32 accumulators, B K-major. `d` may
+// be longer than the N / 2 accumulators it writes (its first ones), so that one accumulator array
+// serves MMAs of several widths.
 template <int kN>
 struct WgmmaBf16;
 template <>
 struct WgmmaBf16<32> {
-  static __device__ __forceinline__ void run(float (&d)[16], const unsigned (&a)[4], unsigned long long b, bool accumulate) {
+  template <int kAccumulators>
+  static __device__ __forceinline__ void run(float (&d)[kAccumulators], const unsigned (&a)[4], unsigned long long b,
+                                             bool accumulate) {
+    static_assert(kAccumulators >= 16, "N = 32 writes 16 accumulators per thread");
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {"
@@ -65,7 +79,10 @@ struct WgmmaBf16<32> {
 };
 template <>
 struct WgmmaBf16<64> {
-  static __device__ __forceinline__ void run(float (&d)[32], const unsigned (&a)[4], unsigned long long b, bool accumulate) {
+  template <int kAccumulators>
+  static __device__ __forceinline__ void run(float (&d)[kAccumulators], const unsigned (&a)[4], unsigned long long b,
+                                             bool accumulate) {
+    static_assert(kAccumulators >= 32, "N = 64 writes 32 accumulators per thread");
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
@@ -81,7 +98,10 @@ struct WgmmaBf16<64> {
 };
 template <>
 struct WgmmaBf16<128> {
-  static __device__ __forceinline__ void run(float (&d)[64], const unsigned (&a)[4], unsigned long long b, bool accumulate) {
+  template <int kAccumulators>
+  static __device__ __forceinline__ void run(float (&d)[kAccumulators], const unsigned (&a)[4], unsigned long long b,
+                                             bool accumulate) {
+    static_assert(kAccumulators >= 64, "N = 128 writes 64 accumulators per thread");
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
@@ -103,7 +123,10 @@ struct WgmmaBf16<128> {
 };
 template <>
 struct WgmmaBf16<256> {
-  static __device__ __forceinline__ void run(float (&d)[128], const unsigned (&a)[4], unsigned long long b, bool accumulate) {
+  template <int kAccumulators>
+  static __device__ __forceinline__ void run(float (&d)[kAccumulators], const unsigned (&a)[4], unsigned long long b,
+                                             bool accumulate) {
+    static_assert(kAccumulators >= 128, "N = 256 writes 128 accumulators per thread");
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"

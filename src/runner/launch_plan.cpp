@@ -30,6 +30,7 @@ LayerLaunch make_layer_launch(const MoeShape& shape, const Arch& arch, const Lay
   LayerLaunch l;
   l.plan = plan;
   l.routing_launch = !routes_itself;
+  l.gather_launch = !fc1_family.whole_layer() && fc1_family.reads_sorted_input();
   auto expert_launch = [&](const KernelFamily& family, const Tactic& t, const StageShape& stage, const void* kernel,
                            std::string what) {
     return ExpertLaunch{.family = &family,

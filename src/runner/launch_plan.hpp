@@ -1,8 +1,8 @@
 // What forward() launches for a batch, decided once when a plan is prepared: whether a routing
-// launch runs (a small batch may route itself inside FC1 and FC2), each expert launch (its family,
-// loaded kernel, grid, block, shared memory and staged rows), and whether the un-permute runs as a
-// launch of its own (not after a whole-layer launch). forward() looks the launch up, fills the
-// arguments and launches; nothing more.
+// launch runs (a small batch may route itself inside FC1 and FC2), whether x is gathered into
+// sorted rows before FC1, each expert launch (its family, loaded kernel, grid, block, shared memory
+// and staged rows), and whether the un-permute runs as a launch of its own (not after a whole-layer
+// launch). forward() looks the launch up, fills the arguments and launches; nothing more.
 #pragma once
 
 #include <functional>
@@ -18,6 +18,7 @@ namespace mxmoe {
 struct LayerLaunch {
   LayerPlan plan;
   bool routing_launch = true;
+  bool gather_launch = false;  // x gathered into sorted rows after the routing (FC1 reads it so)
   std::vector<ExpertLaunch> expert_launches;  // FC1's then FC2's, or the one whole-layer launch
   bool unpermute_launch = true;
   // Per stage, which of the routing's tile-offset prefix arrays its tactic reads

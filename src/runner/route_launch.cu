@@ -3,6 +3,7 @@
 #include <string>
 
 #include "device/cuda_check.hpp"
+#include "route/gather_rows_kernel.cuh"
 #include "route/route_kernels.cuh"
 #include "route/unpermute_kernel.cuh"
 
@@ -51,6 +52,18 @@ void launch_routing(const kernels::RouteInput& in, int num_tokens, int num_exper
   const int threads = small ? 32 * num_tokens : kernels::kPermuteThreads;
   launch(reinterpret_cast<const void*>(kernels::permute_kernel), dim3(1), dim3(static_cast<unsigned>(threads)), args,
          smem, stream, "permutation launch");
+}
+
+void launch_gather_rows(const __nv_bfloat16* x, int hidden, int top_k, int num_experts, int num_tokens,
+                        const kernels::RouteBuffers& route, __nv_bfloat16* sorted, cudaStream_t stream) {
+  const auto* source = reinterpret_cast<const uint4*>(x);
+  auto* destination = reinterpret_cast<uint4*>(sorted);
+  int row_chunks = hidden / 8;
+  kernels::RouteBuffers r = route;
+  void* args[] = {&source, &row_chunks, &top_k, &num_experts, &r, &destination};
+  launch(reinterpret_cast<const void*>(kernels::gather_rows_kernel),
+         dim3(blocks(static_cast<long long>(num_tokens) * top_k, kernels::kGatherWarps)), dim3(kernels::kGatherWarps * 32),
+         args, 0, stream, "gather launch");
 }
 
 void launch_unpermute(const float* expert_out, long long split_stride, int k_split, int hidden, int top_k,

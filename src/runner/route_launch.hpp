@@ -15,6 +15,10 @@ void launch_router_logits(const __nv_bfloat16* x, const __nv_bfloat16* weight, c
 // small batches, a parallel top-k then the permutation for large ones.
 void launch_routing(const kernels::RouteInput& in, int num_tokens, int num_experts, int top_k,
                     const kernels::RouteBuffers& route, cudaStream_t stream);
+// x [T, hidden] gathered into sorted-row order at `sorted` ([pairs, hidden]), for an FC1 that reads
+// it so (KernelFamily::reads_sorted_input).
+void launch_gather_rows(const __nv_bfloat16* x, int hidden, int top_k, int num_experts, int num_tokens,
+                        const kernels::RouteBuffers& route, __nv_bfloat16* sorted, cudaStream_t stream);
 // `route_logits`: the batch routed itself in FC1 and FC2 (LayerLaunch::routing_launch is false), so
 // the un-permute routes it again from these logits; null: it reads `route`.
 void launch_unpermute(const float* expert_out, long long split_stride, int k_split, int hidden, int top_k,

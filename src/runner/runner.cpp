@@ -207,6 +207,12 @@ void MoeRunner::Impl::run(const __nv_bfloat16* x, const kernels::RouteInput& in,
   if (launch.routing_launch) launch_routing(in, num_tokens, shape.num_experts, shape.top_k, route, stream);
   if (last == ForwardPart::kRouting) return;
 
+  const __nv_bfloat16* fc1_input = x;
+  if (launch.gather_launch) {
+    auto* sorted_input = reinterpret_cast<__nv_bfloat16*>(ws + layout.sorted_input);
+    launch_gather_rows(x, shape.hidden, shape.top_k, shape.num_experts, num_tokens, route, sorted_input, stream);
+    fc1_input = sorted_input;
+  }
   auto* activation = reinterpret_cast<__nv_bfloat16*>(ws + layout.activation);
   auto* expert_out = reinterpret_cast<float*>(ws + layout.expert_out);
   const float* route_logits = launch.routing_launch ? nullptr : in.logits;
@@ -216,7 +222,7 @@ void MoeRunner::Impl::run(const __nv_bfloat16* x, const kernels::RouteInput& in,
   const kernels::LayerArgs args{
       .fc1 = {.records = fc1_records,
               .bias = fc1_bias,
-              .input = x,
+              .input = fc1_input,
               .sorted_pairs = route.sorted_pairs,
               .top_k = shape.top_k,
               .rows = shape.fc1_rows(),

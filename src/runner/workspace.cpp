@@ -31,6 +31,7 @@ WorkspaceLayout WorkspaceLayout::of(const MoeShape& shape, int routed_experts, i
   w.stream_partials = take(2ull * kernels::kMaxStreamCtas * kernels::kStreamPartialFloats * 4);
   w.activation = take(pairs * shape.intermediate * 2);
   w.expert_out = take(static_cast<size_t>(kMaxKSplit) * pairs * shape.hidden * 4);
+  w.sorted_input = w.expert_out;
   w.total = at;
   return w;
 }

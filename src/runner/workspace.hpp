@@ -22,6 +22,9 @@ struct WorkspaceLayout {
   size_t stream_partials = 0;  // fp32 [2][kMaxStreamCtas][kStreamPartialFloats]: FC1's, then FC2's
   size_t activation = 0;    // bf16 [pairs, I]: FC1's output in sorted-row order
   size_t expert_out = 0;    // fp32 [kMaxKSplit][pairs, H]: FC2's partial outputs
+  // bf16 [pairs, H]: x gathered into sorted-row order for an FC1 that reads it so. It shares
+  // expert_out's bytes: FC2 writes there only after its wait for FC1, which has read it all.
+  size_t sorted_input = 0;
   size_t total = 0;
 
   static WorkspaceLayout of(const MoeShape& shape, int routed_experts, int num_tokens);

@@ -20,11 +20,14 @@ const Tactic kGemvWide{.family = "gemv", .tile_rows = 128, .tile_tokens = 8, .wa
 const Tactic kStreamK{.family = "sk", .tile_rows = 384, .tile_tokens = 8, .warps_rows = 24, .batch_records = 2};
 const Tactic kStreamK16{.family = "sk", .tile_rows = 384, .tile_tokens = 16, .warps_rows = 24, .batch_records = 2};
 
-// From 48 expected rows per expert on sm_90a: the wgmma family's 256-row x 128-token tile, which
-// moves the fewest bytes per FLOP of its tactics; on the H100 it beats the mma tiles 1.6x at 64
-// rows (even half full) and loses to them at 32 (docs/perf-notes.md, "the wgmma family").
+// On sm_90a the wgmma family (H100, docs/perf-notes.md, "the wgmma family"): from 32 expected rows
+// per expert its 256-row x 128-token tile, which beats the mma tiles there (at 16 rows they win);
+// from 192 its 128-row x 256-token tile, whose m64n256 MMAs keep the tensor pipe busier and which
+// wins at 256 rows and up (at 128 the two tie or the first leads).
 const Tactic kWgmmaPrefill{.family = "wgmma", .tile_rows = 256, .tile_tokens = 128, .warps_rows = 8, .smem_stages = 4};
-constexpr long long kWgmmaRowsExpected = 48;
+const Tactic kWgmmaWide{.family = "wgmma", .tile_rows = 128, .tile_tokens = 256, .warps_rows = 8, .smem_stages = 4};
+constexpr long long kWgmmaRowsExpected = 32;
+constexpr long long kWgmmaWideRowsExpected = 192;
 
 Tactic mma_tile(int tile_tokens) {
   if (tile_tokens <= 32) {
@@ -58,6 +61,7 @@ LayerPlan heuristic_plan(const MoeShape& shape, int num_tokens, const Arch& arch
     return {kGemvWide, kGemvWide};
   }
   if (fits(kStreamK16) && rows_expected <= 8) return {kStreamK16, kStreamK16};
+  if (rows_expected >= kWgmmaWideRowsExpected && fits(kWgmmaWide)) return {kWgmmaWide, kWgmmaWide};
   if (rows_expected >= kWgmmaRowsExpected && fits(kWgmmaPrefill)) return {kWgmmaPrefill, kWgmmaPrefill};
   int tile = 16;
   while (tile < 128 && tile < rows_expected) tile *= 2;
@@ -66,7 +70,7 @@ LayerPlan heuristic_plan(const MoeShape& shape, int num_tokens, const Arch& arch
 
 std::vector<Tactic> default_tactics() {
   return {kGemvFewFc1,  kGemvFewFc2,  kGemvWide,    kStreamK,     kStreamK16,
-          mma_tile(16), mma_tile(32), mma_tile(64), mma_tile(128), kWgmmaPrefill};
+          mma_tile(16), mma_tile(32), mma_tile(64), mma_tile(128), kWgmmaPrefill, kWgmmaWide};
 }
 
 }  // namespace mxmoe

@@ -19,7 +19,8 @@ namespace mxmoe {
 //   along K and FC2 with 2 columns x 4; up to 12, FC1 with 8 columns and FC2 with 4 columns x 2;
 //   past that, the stream-K GEMV (one 24-warp CTA per SM) for both;
 //   the 16-token stream-K GEMV for 5-8 expected rows;
-//   on sm_90a from 48 expected rows, the wgmma family's 256 x 128 tile;
+//   on sm_90a from 32 expected rows, the wgmma family's 256 x 128 tile, and from 192 its 128 x 256
+//   tile;
 //   otherwise 128-row tiles with the smallest token tile of 16, 32, 64, 128 covering the expected
 //   count (128 at most);
 //   a GEMV-style tactic only where it is valid for both stages of the shape (its staged

@@ -1,0 +1,19 @@
+// Tensor maps for the bulk tensor copies (cp.async.bulk.tensor) of the wgmma family, encoded on the
+// host through the driver's cuTensorMapEncodeTiled (reached by the runtime's entry-point query, so
+// that the library links no libcuda of its own).
+#pragma once
+
+#include <string>
+
+#include "kernels/expert_gemm_args.hpp"
+
+namespace mxmoe {
+
+// The map of a bf16 row-major matrix [rows, columns] at `base` whose copies bring boxes of
+// `box_rows` rows x 64 columns (128 bytes a row) into shared memory in the 128-byte swizzle that
+// wgmma's descriptors read (kernels/wgmma.cuh); reads past either edge fill zeros. `base` 16-byte
+// aligned, `columns` a multiple of 8, `box_rows` at most 256. Throws Error naming `what` otherwise or
+// when the driver refuses.
+kernels::TensorMap bf16_rows_map(const void* base, int columns, long long rows, int box_rows, const std::string& what);
+
+}  // namespace mxmoe
