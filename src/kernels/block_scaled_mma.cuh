@@ -1,0 +1,146 @@
+// The inner step of the MXFP8-activation tiles: one m16n8k32 MMA of a record's 16 weight rows
+// (E2M1) x 8 tokens (E4M3) over one 32-K scale block, with the weights' and the tokens' E8M0
+// scales. Two forms take the same registers:
+//   BlockScaledMmaSm120 (sm_120a / sm_121a): mma.sync ... kind::mxf8f6f4.block_scale, the tensor
+//     cores apply the scales;
+//   BlockScaledMmaTwin (sm_89+, so the Hopper parts): mma.sync m16n8k32 e4m3 x e4m3 into zeros,
+//     then both scales applied to the partial sums in software.
+// The weights go in as E4M3 bytes in both (E2M1 is exact in E4M3, and kind::mxf8f6f4 runs E4M3 at
+// the rate of its narrower types), so that only the multiply differs.
+//
+// Fragments (PTX ISA, "Matrix Fragments for mma.m16n8k32" with 8-bit types): lane l, g = l / 4,
+// t = l % 4, MMA positions p (the K index the instruction sees) 0-31:
+//   A (16 x 32): register r byte i = (row g + 8 (r % 2), p = 4 t + i + 16 (r / 2))
+//   B (32 x 8):  register r byte i = (p = 4 t + i + 16 r, token g)
+//   D (16 x 8):  d[i] = (row g + 8 (i / 2), token 2 t + i % 2)
+// A lane's record words (mxfp4_fragment.cuh) hold, per row and 32-K block, k = 2 t + {0, 1, 8, 9}
+// and 16 + those, so position p is given the block's k = mma_order_k(p): the A bytes come out of
+// the record word with no shuffle, and an MXFP8 token row stored in that order within each block
+// gives a lane its B registers as the two aligned words at bytes 4 t and 16 + 4 t.
+// Scales (.scale_vec::1X: one per row of A and one per token of B; the selector {byte-id,
+// thread-id} is an immediate): row m's is byte byte-id of lane 4 (m % 8) + m / 8 + 2 thread-id,
+// token n's byte byte-id of lane 4 n + thread-id. That placement is taken from the ISA's block
+// scaling section and third-party probes on SM12x; it has not run on such a GPU here (the runner's
+// first-use self-check compares the family with the bf16 one there).
+#pragma once
+
+#include "kernels/mxfp4_fragment.cuh"
+
+namespace mxmoe::kernels {
+
+constexpr int kScaleBlock = 32;  // K per E8M0 scale, and per block-scaled MMA
+
+// The scale block's k at MMA position p (a permutation of 0-31 within each block).
+MXMOE_HOST_DEVICE int mma_order_k(int position) {
+  const int upper = position / 16, t = position % 16 / 4, i = position % 4;
+  return 16 * upper + 2 * t + i % 2 + 8 * (i / 2);
+}
+
+// Which lane, register and byte of the m16n8k32 fragments hold an element.
+struct FragmentByte {
+  int lane, reg, byte;
+};
+MXMOE_HOST_DEVICE FragmentByte mma_k32_a_byte(int row, int position) {
+  return {4 * (row % 8) + position % 16 / 4, row / 8 + 2 * (position / 16), position % 4};
+}
+MXMOE_HOST_DEVICE FragmentByte mma_k32_b_byte(int position, int token) {
+  return {4 * token + position % 16 / 4, position / 16, position % 4};
+}
+MXMOE_HOST_DEVICE int scale_a_lane(int row, int thread_id) { return 4 * (row % 8) + row / 8 + 2 * thread_id; }
+MXMOE_HOST_DEVICE int scale_b_lane(int token, int thread_id) { return 4 * token + thread_id; }
+
+// byte_perm (prmt) on the host and the device: byte i of the result is byte (selector >> 4 i) & 7
+// of the 8 bytes hi:lo.
+MXMOE_HOST_DEVICE unsigned select_bytes(unsigned lo, unsigned hi, unsigned selector) {
+#if defined(__CUDA_ARCH__)
+  return __byte_perm(lo, hi, selector);
+#else
+  const unsigned long long bytes = (static_cast<unsigned long long>(hi) << 32) | lo;
+  unsigned out = 0;
+  for (int i = 0; i < 4; ++i) out |= static_cast<unsigned>((bytes >> (8 * ((selector >> (4 * i)) & 7))) & 0xFF) << (8 * i);
+  return out;
+#endif
+}
+
+// E4M3 bits of the E2M1 magnitudes 0, 0.5, 1, 1.5, 2, 3, 4, 6 (codes 0-7), four to a word.
+constexpr unsigned kE2m1AsE4m3Low = 0x3C383000u, kE2m1AsE4m3High = 0x4C484440u;
+
+// A register r (0-3) of scale block `block` (0, 1) of a record, as E4M3 bytes, from the lane's
+// record words: its bytes 0-1 are the halves of the bf16 fragment register r % 2 of word
+// 2 block + r / 2, bytes 2-3 those of register r % 2 + 2. Cost: 2 pair extractions (4 or 5 ops
+// each), ~7 to gather the magnitudes, a byte permute, ~7 for the signs.
+MXMOE_HOST_DEVICE unsigned e4m3_a_register(const unsigned (&words)[4], int block, int r) {
+  const unsigned word = words[2 * block + r / 2];
+  const unsigned low = e2m1_pair_bits(word, r % 2), high = e2m1_pair_bits(word, r % 2 + 2);
+  // Pair bits: magnitude code (mantissa, exponent) at bits 6-8 and 22-24, signs at 15 and 31.
+  const unsigned selector =
+      ((low >> 6) & 7u) | ((low >> 18) & 0x70u) | ((high << 2) & 0x700u) | ((high >> 10) & 0x7000u);
+  const unsigned signs = ((low >> 8) & 0x80u) | ((low >> 16) & 0x8000u) | ((high << 8) & 0x800000u) |
+                         (high & 0x80000000u);
+  return select_bytes(kE2m1AsE4m3Low, kE2m1AsE4m3High, selector) | signs;
+}
+
+// The record scale word of quad g ([s(g, b0), s(g + 8, b0), s(g, b1), s(g + 8, b1)]) as lane
+// (g, t)'s scale-A register for thread-id 0: lanes t = 0 and 1 carry rows g and g + 8, so the
+// second moves its bytes down one; block b's scales are then byte 2 b of both.
+MXMOE_HOST_DEVICE unsigned scale_a_register(unsigned scale_word, int lane) { return scale_word >> (8 * (lane % 2)); }
+
+// An E8M0 code as the float 2^(code - 127) (code 0: 2^-127, 255: NaN).
+MXMOE_HOST_DEVICE float e8m0_to_float(unsigned code) {
+  const unsigned bits = code == 0 ? 0x00400000u : code == 255 ? 0x7FC00000u : code << 23;
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(bits);
+#else
+  float value;
+  __builtin_memcpy(&value, &bits, 4);
+  return value;
+#endif
+}
+
+}  // namespace mxmoe::kernels
+
+#if defined(__CUDACC__)
+namespace mxmoe::kernels {
+
+// d += (scale_A A) (scale_B B) for one scale block: `a` E4M3 weights, `b` E4M3 tokens; the scales'
+// block is byte kByte of scale_a (scale_a_register) and of scale_b (token n's code in lane 4 n).
+template <int kByte>
+struct BlockScaledMmaSm120 {
+  static __device__ __forceinline__ void run(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2],
+                                             unsigned scale_a, unsigned scale_b) {
+#if defined(__CUDA_ARCH_FEAT_SM120_ALL) || defined(__CUDA_ARCH_FEAT_SM121_ALL)
+    asm("mma.sync.aligned.kind::mxf8f6f4.block_scale.scale_vec::1X.m16n8k32.row.col.f32.e4m3.e4m3.f32.ue8m0 "
+        "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3}, %10, {%12, %13}, %11, {%12, %13};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "r"(scale_a), "r"(scale_b),
+          "n"(kByte), "n"(0));
+#else
+    __trap();  // block-scaled mma.sync exists on sm_120a / sm_121a only
+#endif
+  }
+};
+
+// The same with the plain E4M3 MMA: the block's partial sums, then times 2^(sa - 127) 2^(sb - 127)
+// for each accumulator's row and token. Here the scales are the lane's own: scale_a the record's
+// scale word as it is (rows g, g + 8: bytes kByte, kByte + 1), scale_b the codes of tokens 2 t and
+// 2 t + 1 in bytes 0 and 1.
+template <int kByte>
+struct BlockScaledMmaTwin {
+  static __device__ __forceinline__ void run(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2],
+                                             unsigned scale_a, unsigned scale_b) {
+    float partial[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    asm("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(partial[0]), "+f"(partial[1]), "+f"(partial[2]), "+f"(partial[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float row_scale = e8m0_to_float((scale_a >> (8 * (kByte + i / 2))) & 0xFFu);
+      const float token_scale = e8m0_to_float((scale_b >> (8 * (i % 2))) & 0xFFu);
+      d[i] = fmaf(partial[i], row_scale * token_scale, d[i]);
+    }
+  }
+};
+
+}  // namespace mxmoe::kernels
+#endif

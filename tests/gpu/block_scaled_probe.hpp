@@ -1,0 +1,14 @@
+#pragma once
+
+#include <cuda_runtime.h>
+
+namespace mxmoe::test {
+
+// Multiplies `tiles` records of 16 rows x 64 K (device memory) by 8 MXFP8 tokens (E4M3 codes
+// [8][64], each 32-K block in MMA order, kernels/block_scaled_mma.cuh; scale codes [8][2]) with the
+// block-scaled inner step, one warp per record: the SM12x form on a 12.x device, the twin on any
+// other. out: [tiles][16][8] floats.
+cudaError_t run_block_scaled_probe(const unsigned char* records, int tiles, const unsigned char* token_codes,
+                                   const unsigned char* token_scales, float* out, bool sm12x);
+
+}  // namespace mxmoe::test
