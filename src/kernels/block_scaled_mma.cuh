@@ -67,8 +67,8 @@ constexpr unsigned kE2m1AsE4m3Low = 0x3C383000u, kE2m1AsE4m3High = 0x4C484440u;
 
 // A register r (0-3) of scale block `block` (0, 1) of a record, as E4M3 bytes, from the lane's
 // record words: its bytes 0-1 are the halves of the bf16 fragment register r % 2 of word
-// 2 block + r / 2, bytes 2-3 those of register r % 2 + 2. Cost: 2 pair extractions (4 or 5 ops
-// each), ~7 to gather the magnitudes, a byte permute, ~7 for the signs.
+// 2 block + r / 2, bytes 2-3 those of register r % 2 + 2. Cost: 2 pair extractions (2 to 4 ops
+// each), ~11 to gather the magnitudes, a byte permute, ~8 for the signs.
 MXMOE_HOST_DEVICE unsigned e4m3_a_register(const unsigned (&words)[4], int block, int r) {
   const unsigned word = words[2 * block + r / 2];
   const unsigned low = e2m1_pair_bits(word, r % 2), high = e2m1_pair_bits(word, r % 2 + 2);
