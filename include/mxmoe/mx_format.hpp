@@ -52,6 +52,14 @@ void dequantize_mxfp4(std::span<const uint8_t> packed, std::span<const uint8_t> 
 void quantize_mxfp8(std::span<const float> values, std::span<uint8_t> elements, std::span<uint8_t> scales);
 void dequantize_mxfp8(std::span<const uint8_t> elements, std::span<const uint8_t> scales, std::span<float> values);
 
+// `values` (a multiple of kMxBlock) replaced by their MXFP8 encoding's values: what a layer with
+// MXFP8 activations computes with.
+void round_to_mxfp8(std::span<float> values);
+
+// The activations' format in a layer's expert GEMMs: bf16, or MXFP8 (E4M3 elements, one E8M0 scale
+// per 32 along K) for FC1's input and for FC2's (the SwiGLU output).
+enum class ActivationFormat { kBf16, kMxfp8 };
+
 // Hot-path helper for the reference: decode one packed MXFP4 block (16 bytes, one scale) into 32
 // floats.
 void decode_mxfp4_block(const uint8_t* packed, uint8_t scale, float* out);

@@ -15,6 +15,7 @@
 
 #include "mxmoe/bf16.hpp"
 #include "mxmoe/layer_weights.hpp"
+#include "mxmoe/mx_format.hpp"
 
 namespace mxmoe {
 
@@ -37,10 +38,18 @@ Routing route(std::span<const float> logits, int num_tokens, int num_experts, in
 
 // How close the float32 reference must be to the float64 evaluation, by norm.
 inline constexpr double kReferenceRelTolerance = 1e-5;
+// How close a layer with MXFP8 activations must be to the float64 evaluation of bf16 activations,
+// by norm: two roundings to E4M3 (3 mantissa bits, up to 2^-4 of each element) stand between them;
+// at the gpt-oss shapes with unit-normal x the error is ~5.3e-2 (docs/block-scaled.md).
+inline constexpr double kMxfp8ActivationRelTolerance = 1e-1;
 
 struct ReferenceOptions {
   int threads = 0;  // 0: MXMOE_THREADS or all cores
   bool keep_intermediates = false;
+  // kMxfp8: each pair's FC1 input (its token's x) and FC2 input (the SwiGLU output) rounded to
+  // MXFP8 per 32 along K (round_to_mxfp8) before the GEMM, as a layer with MXFP8 activations
+  // computes; the router reads x as it is. `activation` then holds the rounded values.
+  ActivationFormat activations = ActivationFormat::kBf16;
 };
 
 struct ReferenceResult {

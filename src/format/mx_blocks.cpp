@@ -3,6 +3,7 @@
 #include <array>
 #include <cmath>
 #include <string>
+#include <vector>
 
 #include "mxmoe/error.hpp"
 #include "mxmoe/mx_format.hpp"
@@ -62,6 +63,12 @@ void quantize_mxfp4(std::span<const float> values, std::span<uint8_t> packed, st
 void quantize_mxfp8(std::span<const float> values, std::span<uint8_t> elements, std::span<uint8_t> scales) {
   check_sizes("quantize_mxfp8", values.size(), elements.size(), values.size(), scales.size());
   quantize_blocks(values, scales, kE4m3Emax, [&](size_t i, float scaled) { elements[i] = encode_e4m3(scaled); });
+}
+
+void round_to_mxfp8(std::span<float> values) {
+  std::vector<uint8_t> elements(values.size()), scales(values.size() / kMxBlock);
+  quantize_mxfp8(values, elements, scales);
+  dequantize_mxfp8(elements, scales, values);
 }
 
 void decode_mxfp4_block(const uint8_t* packed, uint8_t scale, float* out) {

@@ -71,7 +71,8 @@ TEST(Cli, UsageErrorsExitTwoWithOneLine) {
        {"frobnicate", "run --tokens 0", "run --tokens abc", "run --device tpu", "run --bogus", "run --tokens",
         "run --model gpt-oss-7b", "run --hidden 100", "make-checkpoint --layers 2",
         "make-checkpoint --out /tmp/x --scheme gguf", "bench --layers 4", "bench --replays 5", "bench --tokens 1,x",
-        "bench --model gpt-oss-7b", "bench --plan gemv.r64", "bench --plan gemv.r64x8.w4x2.u2.k1,tiled.r128"}) {
+        "bench --model gpt-oss-7b", "bench --plan gemv.r64", "bench --plan gemv.r64x8.w4x2.u2.k1,tiled.r128",
+        "run --activations fp16", "run --activations mxfp8 --device gpu"}) {
     const auto r = test::run_cli(args);
     EXPECT_EQ(r.exit_code, 2) << args << ": " << r.err;
     expect_one_error_line(r);
@@ -94,6 +95,17 @@ TEST(Cli, RunCheckPrintsTheFloat64Comparison) {
   ASSERT_TRUE(std::regex_search(r.out, m, std::regex("relative error of the float32 result ([0-9.e+-]+)"))) << r.out;
   EXPECT_LE(std::stod(m[1].str()), 1e-5);
   EXPECT_NE(r.out.find("0 of 320 elements outside"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("routing identical"), std::string::npos) << r.out;
+}
+
+TEST(Cli, RunMxfp8ActivationsCheckReportsTheirError) {
+  const auto r = test::run_cli(std::string("run ") + kSmallShape + " --tokens 5 --activations mxfp8 --check");
+  ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
+  EXPECT_NE(r.out.find("mxfp8 activations"), std::string::npos) << r.out;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.out, m, std::regex("against the float64 evaluation ([0-9.e+-]+)"))) << r.out;
+  EXPECT_GT(std::stod(m[1].str()), 1e-3) << "MXFP8 rounding should show";
+  EXPECT_LT(std::stod(m[1].str()), 1e-1);
   EXPECT_NE(r.out.find("routing identical"), std::string::npos) << r.out;
 }
 

@@ -6,6 +6,7 @@
 
 #include "common/random.hpp"
 #include "mxmoe/error.hpp"
+#include "mxmoe/mx_format.hpp"
 #include "mxmoe/reference.hpp"
 #include "ref/swiglu.hpp"
 #include "test_support.hpp"
@@ -120,6 +121,33 @@ TEST(Reference, IntermediatesComposeToTheOutput) {
     }
   }
   EXPECT_TRUE(reference_forward(w, x, tokens).fc1_out.empty()) << "intermediates are kept only on request";
+}
+
+// MXFP8 activations: FC1's input and FC2's are rounded, nothing else. x whose every 32-block is
+// exactly MXFP8 (E4M3 codes times one power of two) leaves FC1 as the bf16 path computes it; the
+// activation is the bf16 path's rounded; the output stays within the MXFP8 bound of float64.
+TEST(Reference, Mxfp8ActivationsRoundFc1AndFc2InputsOnly) {
+  const MoeShape shape{5, 3, 96, 160, 1};
+  const MoeLayerWeights w = make_synthetic_layer(shape, 31);
+  const int tokens = 6;
+  SplitMix64 rng(32);
+  std::vector<Bf16> x(static_cast<size_t>(tokens) * shape.hidden);
+  for (auto& v : x) v = float_to_bf16(decode_e4m3(static_cast<uint8_t>(rng.next() % 0x7F)) * (rng.next() % 2 ? 0.25f : -0.25f));
+  const ReferenceOptions mxfp8{.keep_intermediates = true, .activations = ActivationFormat::kMxfp8};
+  const ReferenceResult q = reference_forward(w, x, tokens, mxfp8);
+  const ReferenceResult b = reference_forward(w, x, tokens, {.keep_intermediates = true});
+  EXPECT_EQ(q.routing.experts, b.routing.experts);
+  EXPECT_EQ(q.fc1_out, b.fc1_out);
+  std::vector<float> rounded = b.activation;
+  round_to_mxfp8(rounded);
+  EXPECT_EQ(q.activation, rounded);
+  EXPECT_NE(q.activation, b.activation) << "the activation should need rounding";
+
+  const std::vector<Bf16> normal = make_activations(tokens, shape.hidden, 33);
+  const double error = relative_error(reference_forward(w, normal, tokens, {.activations = ActivationFormat::kMxfp8}).out,
+                                      evaluate_layer_f64(w, normal, tokens).out);
+  EXPECT_GT(error, kReferenceRelTolerance);
+  EXPECT_LT(error, kMxfp8ActivationRelTolerance);
 }
 
 TEST(Reference, SkewedRoutingAndUnusedExperts) {

@@ -28,6 +28,7 @@ constexpr OptionSpec kOptions[] = {
     {"device", "auto|cpu|gpu", "where to run (default auto: the GPU if there is one)"},
     {"seed", "S", "seed of the activations and of synthetic weights (default 0)"},
     {"check", "", "compare with a float64 evaluation and print the relative error"},
+    {"activations", "bf16|mxfp8", "the activations' format in the expert GEMMs (default bf16; mxfp8 on the CPU only)"},
     {"scheme", "openai|hf", "which names to read where a checkpoint holds the layer under both"},
     {"quantize-bf16-experts", "", "quantise a checkpoint's bf16 experts (a dequantised save) to MXFP4 on load"},
     {"input", "FILE", "the activations (and optionally router_logits) from a .safetensors or .npy file"},
@@ -37,7 +38,7 @@ constexpr OptionSpec kOptions[] = {
 constexpr CommandSpec kSpec{
     "run",
     "[--model M] [--checkpoint PATH [--scheme S] [--quantize-bf16-experts]] [--layer N] [--tokens T | --input FILE]\n"
-    "                 [--output FILE] [--device auto|cpu|gpu] [--seed S] [--check]",
+    "                 [--output FILE] [--device auto|cpu|gpu] [--activations bf16|mxfp8] [--seed S] [--check]",
     "Runs one MoE layer forward on seeded unit-normal bf16 activations (or those of --input) and prints the\n"
     "shape, the device, the time and a summary of the output (its norm and a checksum of its bf16 bits).\n"
     "With no --checkpoint the weights are synthetic MXFP4, seeded by --seed and the layer, identical to what\n"
@@ -82,6 +83,33 @@ bool check_against_f64(const MoeLayerWeights& weights, std::span<const Bf16> x, 
   std::printf("check: bf16 output within rounding: %zu of %zu elements outside (worst at %.2f of its bound)\n",
               rounding.failures, out_bf16_sample.size(), rounding.worst_ratio);
   return same_experts && rel <= kReferenceRelTolerance && rounding.failures == 0;
+}
+
+// The MXFP8-activation result against the float64 evaluation (of bf16 activations) on a sample of
+// tokens, and against the bf16-activation reference on all; false when the first misses its bound.
+bool check_mxfp8_against_f64(const MoeLayerWeights& weights, std::span<const Bf16> x, int num_tokens,
+                             const ReferenceResult& result) {
+  const int h = weights.shape.hidden;
+  const std::vector<int> sample = sample_tokens(num_tokens, kMaxCheckedTokens);
+  std::vector<Bf16> x_sample;
+  std::vector<float> out_sample;
+  for (int t : sample) {
+    x_sample.insert(x_sample.end(), x.begin() + static_cast<size_t>(t) * h, x.begin() + static_cast<size_t>(t + 1) * h);
+    out_sample.insert(out_sample.end(), result.out.begin() + static_cast<size_t>(t) * h,
+                      result.out.begin() + static_cast<size_t>(t + 1) * h);
+  }
+  const Float64Result f64 = evaluate_layer_f64(weights, x_sample, static_cast<int>(sample.size()));
+  const double rel_f64 = relative_error(out_sample, f64.out);
+  const ReferenceResult bf16 = reference_forward(weights, x, num_tokens);
+  const double rel_bf16 = relative_error(result.out, std::vector<double>(bf16.out.begin(), bf16.out.end()));
+  const bool same_routing = bf16.routing.experts == result.routing.experts;
+  std::printf("check: MXFP8 activations, %zu of %d tokens against a float64 evaluation of bf16 activations\n",
+              sample.size(), num_tokens);
+  std::printf("check: routing %s\n", same_routing ? "identical" : "DIFFERS");
+  std::printf("check: relative error against the float64 evaluation %.3e (bound %.0e)\n", rel_f64,
+              kMxfp8ActivationRelTolerance);
+  std::printf("check: relative error against the bf16-activation reference %.3e\n", rel_bf16);
+  return same_routing && rel_f64 <= kMxfp8ActivationRelTolerance;
 }
 
 }  // namespace
@@ -147,10 +175,16 @@ int run_command(std::span<const std::string> args) {
     std::printf("output written to %s\n", parsed->get("output", "").c_str());
   };
 
+  const std::string activations = parsed->get("activations", "bf16");
+  if (activations != "bf16" && activations != "mxfp8") {
+    throw UsageError("--activations: expected bf16 or mxfp8, got '" + activations + "'");
+  }
+  const bool mxfp8 = activations == "mxfp8";
+  if (mxfp8 && device == "gpu") throw UsageError("--activations mxfp8: no GPU kernel takes MXFP8 activations yet; use --device cpu");
   const std::vector<GpuInfo> gpus = list_gpus();
   if (device == "gpu" && gpus.empty()) throw Error("--device gpu: no CUDA GPU is visible");
   std::printf("layer: %s, layer %d, weights %s\n", weights.shape.describe().c_str(), layer, source.c_str());
-  if (device == "gpu" || (device == "auto" && !gpus.empty())) {
+  if (device == "gpu" || (device == "auto" && !gpus.empty() && !mxfp8)) {
     const GpuRun run = run_on_gpu(weights, x, input.num_tokens, logits, parsed->flag("check"));
     write(run.out);
     if (!run.check_passed) throw Error("check failed: the GPU output disagrees with the CPU reference");
@@ -160,18 +194,22 @@ int run_command(std::span<const std::string> args) {
     throw UsageError("--check on the CPU compares with a float64 evaluation that routes with the layer's router; "
                      "drop router_logits from --input, or --check");
   }
-  std::printf("device: cpu (float32 reference, %d threads)\n", default_thread_count());
+  std::printf("device: cpu (float32 reference, %s activations, %d threads)\n", activations.c_str(),
+              default_thread_count());
 
   const auto start = std::chrono::steady_clock::now();
-  const ReferenceResult result = logits ? reference_forward_from_logits(weights, x, input.num_tokens, *logits)
-                                        : reference_forward(weights, x, input.num_tokens);
+  const ReferenceOptions options{.activations = mxfp8 ? ActivationFormat::kMxfp8 : ActivationFormat::kBf16};
+  const ReferenceResult result = logits ? reference_forward_from_logits(weights, x, input.num_tokens, *logits, options)
+                                        : reference_forward(weights, x, input.num_tokens, options);
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   std::printf("tokens: %d\n", input.num_tokens);
   std::printf("time: %.3f ms\n", ms);
   print_output_summary(result.out_bf16, input.num_tokens, weights.shape.hidden);
   write(result.out_bf16);
-  if (parsed->flag("check") && !check_against_f64(weights, x, input.num_tokens, result)) {
-    throw Error("check failed: the reference disagrees with the float64 evaluation");
+  if (parsed->flag("check")) {
+    const bool passed = mxfp8 ? check_mxfp8_against_f64(weights, x, input.num_tokens, result)
+                              : check_against_f64(weights, x, input.num_tokens, result);
+    if (!passed) throw Error("check failed: the reference disagrees with the float64 evaluation");
   }
   return 0;
 }
