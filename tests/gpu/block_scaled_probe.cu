@@ -1,12 +1,14 @@
-// A probe kernel for the GPU tests: each warp runs one record through the block-scaled inner step
-// (kernels/block_scaled_mma.cuh) against 8 MXFP8 tokens, loading its registers as the fragment
-// model says, so that the test can compare the product with the CPU's.
+// Probe kernels for the GPU tests of the MXFP8 path: each warp runs one record through the
+// block-scaled inner step (kernels/block_scaled_mma.cuh) against 8 MXFP8 tokens, loading its
+// registers as the fragment model says, or quantises one bf16 row with the GPU quantiser
+// (kernels/mxfp8_quantize.cuh), so that the tests can compare with the CPU.
 #include <cuda_runtime.h>
 
 #include <type_traits>
 
 #include "block_scaled_probe.hpp"
 #include "kernels/block_scaled_mma.cuh"
+#include "kernels/mxfp8_quantize.cuh"
 
 namespace mxmoe::test {
 namespace {
@@ -45,7 +47,32 @@ __global__ void block_scaled_probe_kernel(const unsigned char* records, const un
   for (int i = 0; i < 4; ++i) o[(g + 8 * (i / 2)) * 8 + 2 * t + i % 2] = d[i];
 }
 
+// One warp per row, 8 blocks (256 K) per step; quads past the row quantise zeros and store nothing.
+__global__ void mxfp8_quantize_probe_kernel(const unsigned short* x, int k, unsigned char* codes,
+                                            unsigned char* scales) {
+  const int row = blockIdx.x, lane = threadIdx.x, q = lane % 4;
+  for (int first = 0; first < k; first += 8 * kernels::kScaleBlock) {
+    const int block = first / kernels::kScaleBlock + lane / 4;
+    const bool inside = block * kernels::kScaleBlock < k;
+    const uint4 values = inside ? *reinterpret_cast<const uint4*>(x + static_cast<long long>(row) * k +
+                                                                  block * kernels::kScaleBlock + 8 * q)
+                                : make_uint4(0, 0, 0, 0);
+    const kernels::Mxfp8Share share = kernels::quantize_mxfp8_share(values);
+    if (!inside) continue;
+    unsigned* out = reinterpret_cast<unsigned*>(codes + static_cast<long long>(row) * k + block * kernels::kScaleBlock);
+    out[4 * (q / 2) + 2 * (q % 2)] = share.words[0];
+    out[4 * (q / 2) + 2 * (q % 2) + 1] = share.words[1];
+    if (q == 0) scales[static_cast<long long>(row) * (k / kernels::kScaleBlock) + block] = share.scale_code;
+  }
+}
+
 }  // namespace
+
+cudaError_t run_mxfp8_quantize_probe(const unsigned short* x, int rows, int k, unsigned char* codes,
+                                     unsigned char* scales) {
+  mxfp8_quantize_probe_kernel<<<rows, 32>>>(x, k, codes, scales);
+  return cudaGetLastError();
+}
 
 cudaError_t run_block_scaled_probe(const unsigned char* records, int tiles, const unsigned char* token_codes,
                                    const unsigned char* token_scales, float* out, bool sm12x) {

@@ -11,4 +11,9 @@ namespace mxmoe::test {
 cudaError_t run_block_scaled_probe(const unsigned char* records, int tiles, const unsigned char* token_codes,
                                    const unsigned char* token_scales, float* out, bool sm12x);
 
+// Quantises `rows` bf16 rows of `k` (a multiple of 32) to MXFP8 with the GPU quantiser
+// (kernels/mxfp8_quantize.cuh): codes [rows][k], each block in MMA order, scales [rows][k / 32].
+cudaError_t run_mxfp8_quantize_probe(const unsigned short* x, int rows, int k, unsigned char* codes,
+                                     unsigned char* scales);
+
 }  // namespace mxmoe::test

@@ -1,7 +1,8 @@
-// The block-scaled inner step on the GPU (kernels/block_scaled_mma.cuh through the probe kernel):
-// the product of packed records and MXFP8 tokens against the CPU's dense product. On a 12.x device
-// this runs the block-scaled mma.sync, on any other the twin (on the H100, the E4M3 mma.sync that
-// ptxas widens to f16 MMAs).
+// The MXFP8 path's device pieces through the probe kernels: the block-scaled inner step
+// (kernels/block_scaled_mma.cuh), the product of packed records and MXFP8 tokens against the CPU's
+// dense product (on a 12.x device the block-scaled mma.sync, on any other the twin: on the H100
+// the E4M3 mma.sync that ptxas widens to f16 MMAs); and the GPU quantiser
+// (kernels/mxfp8_quantize.cuh) against the CPU's, bit for bit.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -9,6 +10,8 @@
 #include "block_scaled_probe.hpp"
 #include "block_scaled_problem.hpp"
 #include "gpu_test_support.hpp"
+#include "mxmoe/bf16.hpp"
+#include "mxmoe/mx_format.hpp"
 
 namespace mxmoe {
 namespace {
@@ -34,6 +37,47 @@ TEST(GpuBlockScaled, InnerStepIsTheDenseProduct) {
       }
     }
   }
+}
+
+// Rows of every kind of bf16: random bit patterns (blocks with NaN or infinity, zero and
+// subnormal elements, ties, elements far below their block's largest), and bounded-exponent and
+// unit-normal rows for fine rounding; K = 2880 leaves a partial step of the probe's 8 blocks.
+TEST(GpuMxfp8Quantize, MatchesTheCpuQuantiserBitForBit) {
+  MXMOE_REQUIRE_GPU();
+  const int rows = 6, k = 2880;
+  SplitMix64 rng(41);
+  std::vector<uint16_t> x(static_cast<size_t>(rows) * k);
+  for (int r = 0; r < rows; ++r) {
+    for (int j = 0; j < k; ++j) {
+      uint16_t bits = static_cast<uint16_t>(rng.next());
+      if (r == 4) bits = static_cast<uint16_t>((bits & 0x807F) | ((117 + rng.next() % 20) << 7));
+      if (r == 5) bits = float_to_bf16(static_cast<float>(rng.normal())).bits;
+      x[static_cast<size_t>(r) * k + j] = bits;
+    }
+  }
+  test::DeviceArray<uint16_t> d_x(x);
+  test::DeviceArray<unsigned char> codes(x.size()), scales(x.size() / kMxBlock);
+  MXMOE_CUDA_OK(test::run_mxfp8_quantize_probe(reinterpret_cast<const unsigned short*>(d_x.get()), rows, k, codes.get(),
+                                               scales.get()));
+  MXMOE_CUDA_OK(cudaDeviceSynchronize());
+  const auto got_codes = codes.to_host();
+  const auto got_scales = scales.to_host();
+
+  std::vector<float> values(x.size());
+  for (size_t i = 0; i < x.size(); ++i) values[i] = bf16_to_float(Bf16{x[i]});
+  std::vector<uint8_t> expected_codes(x.size()), expected_scales(x.size() / kMxBlock);
+  quantize_mxfp8(values, expected_codes, expected_scales);
+  int nan_blocks = 0;
+  for (size_t block = 0; block < expected_scales.size(); ++block) {
+    nan_blocks += expected_scales[block] == kE8m0Nan;
+    ASSERT_EQ(got_scales[block], expected_scales[block]) << "block " << block;
+    for (int p = 0; p < kMxBlock; ++p) {
+      ASSERT_EQ(got_codes[block * kMxBlock + p], expected_codes[block * kMxBlock + kernels::mma_order_k(p)])
+          << "block " << block << " position " << p << " value "
+          << values[block * kMxBlock + kernels::mma_order_k(p)];
+    }
+  }
+  EXPECT_GT(nan_blocks, 0) << "the random rows should hold NaN and infinite blocks";
 }
 
 }  // namespace
