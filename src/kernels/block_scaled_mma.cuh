@@ -20,8 +20,8 @@
 // Scales (.scale_vec::1X: one per row of A and one per token of B; the selector {byte-id,
 // thread-id} is an immediate): row m's is byte byte-id of lane 4 (m % 8) + m / 8 + 2 thread-id,
 // token n's byte byte-id of lane 4 n + thread-id. That placement is taken from the ISA's block
-// scaling section and third-party probes on SM12x; it has not run on such a GPU here (the runner's
-// first-use self-check compares the family with the bf16 one there).
+// scaling section and third-party probes on SM12x; it has not run on such a GPU here
+// (GpuBlockScaled.InnerStepIsTheDenseProduct takes this form on a 12.x device).
 #pragma once
 
 #include "kernels/mxfp4_fragment.cuh"
