@@ -100,13 +100,10 @@ double LayerRotation::first_layer_error() {
   const Layer& first = *layers_.front();
   const size_t h = shape_.hidden, e = shape_.num_experts;
   if (reference_.empty()) {
-    std::vector<Bf16> x;
-    std::vector<float> logits;
-    for (int t : sample_) {
-      x.insert(x.end(), first.host_x.begin() + t * h, first.host_x.begin() + (t + 1) * h);
-      logits.insert(logits.end(), first.host_logits.begin() + t * e, first.host_logits.begin() + (t + 1) * e);
-    }
-    reference_ = reference_forward_from_logits(first_weights_, x, static_cast<int>(sample_.size()), logits).out;
+    reference_ = reference_forward_from_logits(first_weights_, sample_rows<Bf16>(first.host_x, sample_, h),
+                                               static_cast<int>(sample_.size()),
+                                               sample_rows<float>(first.host_logits, sample_, e))
+                     .out;
   }
   std::vector<Bf16> out(static_cast<size_t>(tokens_) * h);
   cuda_check(cudaMemcpy(out.data(), first.out.get(), out.size() * 2, cudaMemcpyDeviceToHost), "copying the output");

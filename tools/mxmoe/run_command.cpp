@@ -54,22 +54,13 @@ constexpr int kMaxCheckedTokens = 8;
 // when either figure misses its bound.
 bool check_against_f64(const MoeLayerWeights& weights, std::span<const Bf16> x, int num_tokens,
                        const ReferenceResult& result) {
-  const int h = weights.shape.hidden, k = weights.shape.top_k;
+  const size_t h = weights.shape.hidden, k = weights.shape.top_k;
   const std::vector<int> sample = sample_tokens(num_tokens, kMaxCheckedTokens);
   const int checked = static_cast<int>(sample.size());
-  std::vector<Bf16> x_sample;
-  std::vector<float> out_sample;
-  std::vector<Bf16> out_bf16_sample;
-  std::vector<int32_t> experts_sample;
-  for (int t : sample) {
-    x_sample.insert(x_sample.end(), x.begin() + static_cast<size_t>(t) * h, x.begin() + static_cast<size_t>(t + 1) * h);
-    out_sample.insert(out_sample.end(), result.out.begin() + static_cast<size_t>(t) * h,
-                      result.out.begin() + static_cast<size_t>(t + 1) * h);
-    out_bf16_sample.insert(out_bf16_sample.end(), result.out_bf16.begin() + static_cast<size_t>(t) * h,
-                           result.out_bf16.begin() + static_cast<size_t>(t + 1) * h);
-    experts_sample.insert(experts_sample.end(), result.routing.experts.begin() + t * k,
-                          result.routing.experts.begin() + (t + 1) * k);
-  }
+  const std::vector<Bf16> x_sample = sample_rows(x, sample, h);
+  const std::vector<float> out_sample = sample_rows<float>(result.out, sample, h);
+  const std::vector<Bf16> out_bf16_sample = sample_rows<Bf16>(result.out_bf16, sample, h);
+  const std::vector<int32_t> experts_sample = sample_rows<int32_t>(result.routing.experts, sample, k);
   const Float64Result f64 = evaluate_layer_f64(weights, x_sample, checked);
   const double rel = relative_error(out_sample, f64.out);
   double rms = 0.0;
@@ -89,15 +80,10 @@ bool check_against_f64(const MoeLayerWeights& weights, std::span<const Bf16> x, 
 // tokens, and against the bf16-activation reference on all; false when the first misses its bound.
 bool check_mxfp8_against_f64(const MoeLayerWeights& weights, std::span<const Bf16> x, int num_tokens,
                              const ReferenceResult& result) {
-  const int h = weights.shape.hidden;
+  const size_t h = weights.shape.hidden;
   const std::vector<int> sample = sample_tokens(num_tokens, kMaxCheckedTokens);
-  std::vector<Bf16> x_sample;
-  std::vector<float> out_sample;
-  for (int t : sample) {
-    x_sample.insert(x_sample.end(), x.begin() + static_cast<size_t>(t) * h, x.begin() + static_cast<size_t>(t + 1) * h);
-    out_sample.insert(out_sample.end(), result.out.begin() + static_cast<size_t>(t) * h,
-                      result.out.begin() + static_cast<size_t>(t + 1) * h);
-  }
+  const std::vector<Bf16> x_sample = sample_rows(x, sample, h);
+  const std::vector<float> out_sample = sample_rows<float>(result.out, sample, h);
   const Float64Result f64 = evaluate_layer_f64(weights, x_sample, static_cast<int>(sample.size()));
   const double rel_f64 = relative_error(out_sample, f64.out);
   const ReferenceResult bf16 = reference_forward(weights, x, num_tokens);

@@ -93,16 +93,10 @@ GpuRun run_on_gpu(const MoeLayerWeights& weights, std::span<const Bf16> x, int n
       router_logits ? *router_logits
                     : to_host<float>(routing.router_logits, static_cast<size_t>(num_tokens) * shape.num_experts);
   const std::vector<int> sample = sample_tokens(num_tokens, kMaxCheckedTokens);
-  std::vector<Bf16> x_sample;
-  std::vector<float> logits_sample;
+  const std::vector<Bf16> x_sample = sample_rows(x, sample, shape.hidden);
+  const std::vector<float> logits_sample = sample_rows<float>(gpu_logits, sample, shape.num_experts);
   std::vector<float> gpu_sample;
-  for (int t : sample) {
-    x_sample.insert(x_sample.end(), x.begin() + static_cast<size_t>(t) * shape.hidden,
-                    x.begin() + static_cast<size_t>(t + 1) * shape.hidden);
-    logits_sample.insert(logits_sample.end(), gpu_logits.begin() + static_cast<size_t>(t) * shape.num_experts,
-                         gpu_logits.begin() + static_cast<size_t>(t + 1) * shape.num_experts);
-    for (int j = 0; j < shape.hidden; ++j) gpu_sample.push_back(bf16_to_float(out[static_cast<size_t>(t) * shape.hidden + j]));
-  }
+  for (Bf16 v : sample_rows<Bf16>(out, sample, shape.hidden)) gpu_sample.push_back(bf16_to_float(v));
   const int checked = static_cast<int>(sample.size());
   const std::vector<float> cpu_logits = mxmoe::router_logits(weights, x_sample, checked);
   const double logits_error = relative_error(logits_sample, std::vector<double>(cpu_logits.begin(), cpu_logits.end()));

@@ -1,12 +1,14 @@
-// How `mxmoe run` summarises an output tensor: its norm and a checksum of its bf16 bits.
+// How `mxmoe run` summarises an output tensor (its norm and a checksum of its bf16 bits), and the
+// token sample the checks compare.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <span>
 #include <vector>
-#include <algorithm>
 
 #include "mxmoe/bf16.hpp"
 
@@ -33,6 +35,18 @@ inline std::vector<int> sample_tokens(int num_tokens, int limit) {
   std::vector<int> tokens(n);
   for (int s = 0; s < n; ++s) tokens[s] = static_cast<int>(static_cast<int64_t>(s) * num_tokens / n);
   return tokens;
+}
+
+// Rows `tokens` of the row-major [T, width] array `rows`, one after another.
+template <typename T>
+std::vector<T> sample_rows(std::span<const T> rows, std::span<const int> tokens, size_t width) {
+  std::vector<T> out;
+  out.reserve(tokens.size() * width);
+  for (int t : tokens) {
+    const auto first = rows.begin() + static_cast<std::ptrdiff_t>(static_cast<size_t>(t) * width);
+    out.insert(out.end(), first, first + static_cast<std::ptrdiff_t>(width));
+  }
+  return out;
 }
 
 }  // namespace mxmoe::cli
