@@ -1,7 +1,6 @@
 // The fused layer family (expert_layer_fused.cuh): "fused.r<rows>x<tokens>.w<columns>x<warps along
 // K>.u<batch records>.k1", a whole-layer tactic. After the routing, one persistent launch runs FC1
 // (SwiGLU), FC2 and the weighted un-permute; its CTAs take GEMV-sized items by ticket.
-#include "device/cuda_check.hpp"
 #include "device/current_device.hpp"
 #include "kernels/expert_layer_fused.cuh"
 #include "kernels/gemv_style.hpp"
@@ -69,8 +68,7 @@ class FusedLayerFamily final : public KernelFamily {
     kernels::LayerArgs a = args;
     a.fc1.staged_rows = a.fc2.staged_rows = l.geometry.staged_rows;
     void* params[] = {&a};
-    launch_programmatic(l.kernel, l.geometry.grid, dim3(l.geometry.threads), params,
-                        static_cast<size_t>(l.geometry.smem_bytes), stream, l.what);
+    launch_kernel(l, params, stream);
   }
 
  protected:

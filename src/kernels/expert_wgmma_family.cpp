@@ -1,7 +1,6 @@
 // The Hopper prefill family (expert_wgmma.cuh): "wgmma.r<rows>x<tokens>.w<consumer warps>.s<stages>.k<split>".
 // A producer warpgroup feeds a shared-memory ring; consumer warpgroups dequantise the weights into
 // registers and multiply them with wgmma. sm_90a only (sm_100a has no wgmma).
-#include "device/cuda_check.hpp"
 #include "device/tensor_map.hpp"
 #include "kernels/expert_wgmma.cuh"
 #include "kernels/kernel_family.hpp"
@@ -86,8 +85,7 @@ class WgmmaFamily final : public KernelFamily {
     kernels::TensorMap input = bf16_rows_map(stage_args.input, stage_args.k, pairs, l.tactic.tile_tokens, l.what);
     int k_split = l.tactic.k_split;
     void* params[] = {&stage_args, &k_split, &input};
-    launch_programmatic(l.kernel, l.geometry.grid, dim3(l.geometry.threads), params,
-                        static_cast<size_t>(l.geometry.smem_bytes), stream, l.what);
+    launch_kernel(l, params, stream);
   }
 
  protected:

@@ -66,12 +66,16 @@ kernels::ExpertGemmArgs KernelFamily::stage_arguments(const ExpertLaunch& l, con
   return stage_args;
 }
 
+void KernelFamily::launch_kernel(const ExpertLaunch& l, void** params, cudaStream_t stream) {
+  launch_programmatic(l.kernel, l.geometry.grid, dim3(l.geometry.threads), params,
+                      static_cast<size_t>(l.geometry.smem_bytes), stream, l.what);
+}
+
 void KernelFamily::launch(const ExpertLaunch& l, const kernels::LayerArgs& args, cudaStream_t stream) const {
   kernels::ExpertGemmArgs stage_args = stage_arguments(l, args);
   int k_split = l.tactic.k_split;
   void* params[] = {&stage_args, &k_split};
-  launch_programmatic(l.kernel, l.geometry.grid, dim3(l.geometry.threads), params,
-                      static_cast<size_t>(l.geometry.smem_bytes), stream, l.what);
+  launch_kernel(l, params, stream);
 }
 
 }  // namespace mxmoe

@@ -139,6 +139,8 @@ class KernelFamily {
  protected:
   // A per-stage launch's arguments: its stage's, with the launch's staged rows.
   static kernels::ExpertGemmArgs stage_arguments(const ExpertLaunch& launch, const kernels::LayerArgs& args);
+  // The launch's kernel on its grid, block and shared memory, with `params` (launch_programmatic).
+  static void launch_kernel(const ExpertLaunch& launch, void** params, cudaStream_t stream);
 
   // The family's own rules on `t` and `arch`: empty when it may run there.
   virtual std::string why_invalid_on(const Tactic& t, const Arch& arch) const = 0;
