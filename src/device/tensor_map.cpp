@@ -9,6 +9,7 @@
 #include <string>
 
 #include "device/cuda_check.hpp"
+#include "kernels/mxfp4_fragment.cuh"
 
 namespace mxmoe {
 namespace {
@@ -31,6 +32,21 @@ PFN_cuTensorMapEncodeTiled_v12000 encode_tiled() {
   return fn;
 }
 
+kernels::TensorMap encoded(CUtensorMapDataType type, cuuint32_t rank, const void* base, const cuuint64_t* dims,
+                           const cuuint64_t* strides_bytes, const cuuint32_t* box, CUtensorMapSwizzle swizzle,
+                           const std::string& what) {
+  CUtensorMap map;
+  const cuuint32_t element_strides[3] = {1, 1, 1};
+  const CUresult status =
+      encode_tiled()(&map, type, rank, const_cast<void*>(base), dims, strides_bytes, box, element_strides,
+                     CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                     CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (status != CUDA_SUCCESS) throw Error(what + ": cuTensorMapEncodeTiled failed (CUresult " + std::to_string(status) + ")");
+  kernels::TensorMap result;
+  std::memcpy(&result, &map, sizeof(map));
+  return result;
+}
+
 }  // namespace
 
 kernels::TensorMap bf16_rows_map(const void* base, int columns, long long rows, int box_rows, const std::string& what) {
@@ -40,19 +56,28 @@ kernels::TensorMap bf16_rows_map(const void* base, int columns, long long rows, 
                 std::to_string(columns) + " columns, " + std::to_string(rows) + " rows, box " +
                 std::to_string(box_rows) + ")");
   }
-  CUtensorMap map;
   const cuuint64_t dims[2] = {static_cast<cuuint64_t>(columns), static_cast<cuuint64_t>(rows)};
   const cuuint64_t row_stride_bytes[1] = {static_cast<cuuint64_t>(columns) * 2};
   const cuuint32_t box[2] = {64, static_cast<cuuint32_t>(box_rows)};
-  const cuuint32_t element_strides[2] = {1, 1};
-  const CUresult status = encode_tiled()(&map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(base), dims,
-                                         row_stride_bytes, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                                         CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                                         CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (status != CUDA_SUCCESS) throw Error(what + ": cuTensorMapEncodeTiled failed (CUresult " + std::to_string(status) + ")");
-  kernels::TensorMap result;
-  std::memcpy(&result, &map, sizeof(map));
-  return result;
+  return encoded(CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, base, dims, row_stride_bytes, box, CU_TENSOR_MAP_SWIZZLE_128B,
+                 what);
+}
+
+kernels::TensorMap records_map(const void* base, long long row_tiles, int k_tiles, int box_records,
+                               const std::string& what) {
+  if (reinterpret_cast<std::uintptr_t>(base) % 16 != 0 || row_tiles <= 0 || k_tiles <= 0 || box_records < 1 ||
+      box_records > 256) {
+    throw Error(what + ": a records map needs a 16-byte aligned base, row and K tiles, and 1-256 records a box (got " +
+                std::to_string(row_tiles) + " row tiles, " + std::to_string(k_tiles) + " K tiles, box " +
+                std::to_string(box_records) + ")");
+  }
+  // A record as 136 four-byte words; K tiles 544 bytes apart, row tiles k_tiles records apart.
+  constexpr int kRecordWords = kernels::kRecordBytes / 4;
+  const cuuint64_t dims[3] = {kRecordWords, static_cast<cuuint64_t>(k_tiles), static_cast<cuuint64_t>(row_tiles)};
+  const cuuint64_t strides_bytes[2] = {kernels::kRecordBytes,
+                                       static_cast<cuuint64_t>(k_tiles) * kernels::kRecordBytes};
+  const cuuint32_t box[3] = {kRecordWords, 1, static_cast<cuuint32_t>(box_records)};
+  return encoded(CU_TENSOR_MAP_DATA_TYPE_UINT32, 3, base, dims, strides_bytes, box, CU_TENSOR_MAP_SWIZZLE_NONE, what);
 }
 
 }  // namespace mxmoe

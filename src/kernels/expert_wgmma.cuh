@@ -1,9 +1,10 @@
 // The Hopper prefill family (sm_90a): a CTA computes kTileRows weight rows x kTileTokens sorted rows
-// of one expert on the warpgroup tensor cores. One producer warp fills a kStages-deep ring of 64-K
-// slices: the tile's activation rows by one tensor copy (the input is in sorted rows: FC2's
-// always, FC1's x gathered so by the gather launch after the routing), which writes them in the
-// 128-byte swizzle wgmma reads, and the slice's records (kTileRows / 16 of them, 544 bytes each)
-// by cp.async.bulk, all completing on the slot's "full" barrier. kConsumerWarps / 4 consumer
+// of one expert on the warpgroup tensor cores. One producer thread fills a kStages-deep ring of
+// 64-K slices with two tensor copies a slice: the tile's activation rows (the input is in sorted
+// rows: FC2's always, FC1's x gathered so by the gather launch after the routing), which the copy
+// writes in the 128-byte swizzle wgmma reads, and the slice's records (kTileRows / 16 of them, 544
+// bytes each, as stored), both completing on the slot's "full" barrier. (Bulk copies of one record
+// each kept the producer busy ~80 clocks a record, longer than the consumers' work on a slice.) kConsumerWarps / 4 consumer
 // warpgroups each own 64 kWarpRecords weight rows: per slice a consumer warp dequantises its
 // kWarpRecords records into bf16 A fragments in registers (mxfp4_fragment.cuh) and issues
 // 4 kWarpRecords wgmma m64nNk16 with the activations as B from shared memory; the slice's MMAs run
@@ -11,7 +12,7 @@
 // back on its "empty" barrier once the MMAs that read it are done. Accumulators go straight to
 // the epilogue of the tiled families (store_accumulators: FC1's bias and SwiGLU, FC2's bias and
 // K split). The producer warpgroup runs on 56 registers so that the consumers get the rest
-// (setmaxnreg); its warps 1-3 have nothing to do.
+// (setmaxnreg); its other threads have nothing to do.
 //
 // Grid (expert_wgmma_family.cpp): x = token-tile slot x row blocks, row block fastest, so that the
 // CTAs in flight together share a token tile's activations in L2 (upper bound on slots pairs /
@@ -72,7 +73,9 @@ struct FragmentSet {
 // A consumer warpgroup's MMAs of one slice, at the narrowest width in {kN, kN / 2, kN / 4} (at
 // least 32) that covers the tile's `tokens`: an expert's last, partial token tile then costs about
 // what it holds. The widths write prefixes of the same accumulators; `first`: the tile's first
-// slice, whose first k-step overwrites them.
+// slice, whose first k-step overwrites them. Each width commits its own MMAs as one group: a
+// commit after the branches would be a group of its own (ptxas issues an empty MMA for it), and
+// waiting for all groups but the newest would then wait for this slice's MMAs too.
 template <int kN, int kNarrowings = 2, int kWarpRecords, int kAccumulators>
 __device__ __forceinline__ void multiply_slice(float (&acc)[kWarpRecords][kAccumulators],
                                                const unsigned (&a)[kWarpRecords][4][4], unsigned long long descriptor,
@@ -88,11 +91,13 @@ __device__ __forceinline__ void multiply_slice(float (&acc)[kWarpRecords][kAccum
 #pragma unroll
     for (int j = 0; j < 4; ++j) WgmmaBf16<kN>::run(acc[r], a[r][j], descriptor + 2 * j, !first || j > 0);
   }
+  wgmma_commit();
 }
 
 template <int kTileRows, int kTileTokens, int kConsumerWarps, int kStages, bool kFc1>
 __global__ void __launch_bounds__(kWgmmaProducerThreads + kConsumerWarps * 32, 1)
-    expert_wgmma_kernel(ExpertGemmArgs args, int k_split, const __grid_constant__ TensorMap activations) {
+    expert_wgmma_kernel(ExpertGemmArgs args, int k_split, const __grid_constant__ TensorMap activations,
+                        const __grid_constant__ TensorMap weights) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int kRecords = kTileRows / kRecordRows;
   constexpr int kWarpRecords = kRecords / kConsumerWarps;  // 64-row MMA blocks per consumer warpgroup
@@ -128,28 +133,15 @@ __global__ void __launch_bounds__(kWgmmaProducerThreads + kConsumerWarps * 32, 1
 
   if (threadIdx.x < kWgmmaProducerThreads) {
     registers_decrease<kWgmmaProducerRegisters>();
-    if (threadIdx.x >= 32) return;  // warp 0 issues every copy
-    // Lane 0 copies the slice's activation box (the tile's rows past the tensor read as zeros);
-    // every lane copies records.
-    const int lane = threadIdx.x;
-    const int records = min(kRecords, row_tiles - first_row_tile);
-    const unsigned char* expert_records =
-        args.records + (static_cast<long long>(expert) * row_tiles + first_row_tile) * args.k_tiles * kRecordBytes;
+    if (threadIdx.x != 0) return;  // one thread issues every copy
     for (int slice = 0; slice < k_slices; ++slice) {
       const int s = slice % kStages;
       if (slice >= kStages) mbarrier_wait(empty + 8 * s, (slice / kStages + 1) & 1);
       const unsigned stage = smem_base + s * kStageBytes;
       const int kt = kt_begin + slice;
-      if (lane == 0) {
-        mbarrier_arrive_expect_tx(full + 8 * s, kActivationBytes + records * kRecordBytes);
-        tensor_copy_2d(stage, activations, kt * kRecordK, first_row, full + 8 * s);
-      }
-      __syncwarp();
-      for (int r = lane; r < records; r += 32) {
-        bulk_copy_counted(stage + kActivationBytes + r * kRecordBytes,
-                          expert_records + (static_cast<long long>(r) * args.k_tiles + kt) * kRecordBytes,
-                          kRecordBytes, full + 8 * s);
-      }
+      mbarrier_arrive_expect_tx(full + 8 * s, kActivationBytes + kRecords * kRecordBytes);
+      tensor_copy_2d(stage, activations, kt * kRecordK, first_row, full + 8 * s);
+      tensor_copy_3d(stage + kActivationBytes, weights, 0, kt, expert * row_tiles + first_row_tile, full + 8 * s);
     }
     return;
   }
@@ -184,7 +176,6 @@ __global__ void __launch_bounds__(kWgmmaProducerThreads + kConsumerWarps * 32, 1
     const unsigned long long descriptor = wgmma_descriptor_sw128(stage);
     wgmma_fence();
     multiply_slice<kTileTokens>(acc, a[set.value], descriptor, slice == 0, tokens);
-    wgmma_commit();
     wgmma_wait<1>();
     // Every consumer thread arrives: an arrival releases the arriving thread's own reads only.
     if (slice > 0) mbarrier_arrive(empty + 8 * ((slice - 1) % kStages));

@@ -29,6 +29,16 @@ __device__ __forceinline__ void tensor_copy_2d(unsigned destination, const Tenso
       : "memory");
 }
 
+// One box of a 3-D tensor map at element coordinates (x, y, z), as tensor_copy_2d.
+__device__ __forceinline__ void tensor_copy_3d(unsigned destination, const TensorMap& map, int x, int y, int z,
+                                               unsigned barrier) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], "
+      "[%5];\n" ::"r"(destination),
+      "l"(reinterpret_cast<unsigned long long>(&map)), "r"(x), "r"(y), "r"(z), "r"(barrier)
+      : "memory");
+}
+
 // The descriptor of such a tile at shared-window address `address` (K-major, 128-byte swizzle:
 // layout type 1 in bits 62-63; stride between 8-row groups 1024 bytes in bits 32-45; the leading
 // offset, unused by this layout, 16). K step j (16 bf16, 32 bytes) is the descriptor + 2 j.
