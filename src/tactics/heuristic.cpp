@@ -20,14 +20,24 @@ const Tactic kGemvWide{.family = "gemv", .tile_rows = 128, .tile_tokens = 8, .wa
 const Tactic kStreamK{.family = "sk", .tile_rows = 384, .tile_tokens = 8, .warps_rows = 24, .batch_records = 2};
 const Tactic kStreamK16{.family = "sk", .tile_rows = 384, .tile_tokens = 16, .warps_rows = 24, .batch_records = 2};
 
-// On sm_90a the wgmma family (H100, docs/perf-notes.md, "the wgmma family"): from 32 expected rows
-// per expert its 256-row x 128-token tile, which beats the mma tiles there (at 16 rows they win);
-// from 192 its 128-row x 256-token tile, whose m64n256 MMAs keep the tensor pipe busier and which
-// wins at 256 rows and up (at 128 the two tie or the first leads).
+// On sm_90a the wgmma family past the stream-K GEMV (H100, docs/perf-notes.md, "records by one
+// tensor copy"), its token tile the power of two that the expected rows per expert fill: 32 tokens
+// (a 6-deep ring) below 32 rows, where it beats the mma tiles by ~1.26x at 16; 64 (5-deep) below
+// 64; 128 below 192; from 192 its 128-row x 256-token tile, whose m64n256 MMAs keep the tensor pipe
+// busier and which wins at 256 rows and up (at 128 the two tie or the first leads).
+const Tactic kWgmma32{.family = "wgmma", .tile_rows = 256, .tile_tokens = 32, .warps_rows = 8, .smem_stages = 6};
+const Tactic kWgmma64{.family = "wgmma", .tile_rows = 256, .tile_tokens = 64, .warps_rows = 8, .smem_stages = 5};
 const Tactic kWgmmaPrefill{.family = "wgmma", .tile_rows = 256, .tile_tokens = 128, .warps_rows = 8, .smem_stages = 4};
 const Tactic kWgmmaWide{.family = "wgmma", .tile_rows = 128, .tile_tokens = 256, .warps_rows = 8, .smem_stages = 4};
-constexpr long long kWgmmaRowsExpected = 32;
+constexpr long long kWgmma64RowsExpected = 32;
+constexpr long long kWgmmaPrefillRowsExpected = 64;
 constexpr long long kWgmmaWideRowsExpected = 192;
+
+Tactic wgmma_tile(long long rows_expected) {
+  if (rows_expected >= kWgmmaWideRowsExpected) return kWgmmaWide;
+  if (rows_expected >= kWgmmaPrefillRowsExpected) return kWgmmaPrefill;
+  return rows_expected >= kWgmma64RowsExpected ? kWgmma64 : kWgmma32;
+}
 
 Tactic mma_tile(int tile_tokens) {
   if (tile_tokens <= 32) {
@@ -61,8 +71,7 @@ LayerPlan heuristic_plan(const MoeShape& shape, int num_tokens, const Arch& arch
     return {kGemvWide, kGemvWide};
   }
   if (fits(kStreamK16) && rows_expected <= 8) return {kStreamK16, kStreamK16};
-  if (rows_expected >= kWgmmaWideRowsExpected && fits(kWgmmaWide)) return {kWgmmaWide, kWgmmaWide};
-  if (rows_expected >= kWgmmaRowsExpected && fits(kWgmmaPrefill)) return {kWgmmaPrefill, kWgmmaPrefill};
+  if (const Tactic wgmma = wgmma_tile(rows_expected); fits(wgmma)) return {wgmma, wgmma};
   int tile = 16;
   while (tile < 128 && tile < rows_expected) tile *= 2;
   return {mma_tile(tile), mma_tile(tile)};
@@ -70,7 +79,8 @@ LayerPlan heuristic_plan(const MoeShape& shape, int num_tokens, const Arch& arch
 
 std::vector<Tactic> default_tactics() {
   return {kGemvFewFc1,  kGemvFewFc2,  kGemvWide,    kStreamK,     kStreamK16,
-          mma_tile(16), mma_tile(32), mma_tile(64), mma_tile(128), kWgmmaPrefill, kWgmmaWide};
+          mma_tile(16), mma_tile(32), mma_tile(64), mma_tile(128), kWgmma32,   kWgmma64,
+          kWgmmaPrefill, kWgmmaWide};
 }
 
 }  // namespace mxmoe

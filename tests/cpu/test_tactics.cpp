@@ -256,11 +256,11 @@ TEST(Heuristic, PinnedChoices) {
       {"gpt-oss-20b", 32, "sk.r384x8.w24.u2.k1", "sk.r384x8.w24.u2.k1"},  // expected 4 rows
       {"gpt-oss-20b", 33, "sk.r384x16.w24.u2.k1", "sk.r384x16.w24.u2.k1"},
       {"gpt-oss-20b", 64, "sk.r384x16.w24.u2.k1", "sk.r384x16.w24.u2.k1"},  // expected 8 rows
-      {"gpt-oss-20b", 65, "mma.r128x16.w4x1.s4.k1", "mma.r128x16.w4x1.s4.k1"},
-      {"gpt-oss-20b", 128, "mma.r128x16.w4x1.s4.k1", "mma.r128x16.w4x1.s4.k1"},
-      {"gpt-oss-20b", 129, "mma.r128x32.w4x1.s4.k1", "mma.r128x32.w4x1.s4.k1"},
-      {"gpt-oss-20b", 248, "mma.r128x32.w4x1.s4.k1", "mma.r128x32.w4x1.s4.k1"},    // expected 31 rows
-      {"gpt-oss-20b", 249, "wgmma.r256x128.w8.s4.k1", "wgmma.r256x128.w8.s4.k1"},  // 32: wgmma from here
+      {"gpt-oss-20b", 65, "wgmma.r256x32.w8.s6.k1", "wgmma.r256x32.w8.s6.k1"},  // 9: wgmma from here
+      {"gpt-oss-20b", 248, "wgmma.r256x32.w8.s6.k1", "wgmma.r256x32.w8.s6.k1"},  // expected 31 rows
+      {"gpt-oss-20b", 249, "wgmma.r256x64.w8.s5.k1", "wgmma.r256x64.w8.s5.k1"},  // 32: 64 tokens a tile
+      {"gpt-oss-20b", 504, "wgmma.r256x64.w8.s5.k1", "wgmma.r256x64.w8.s5.k1"},  // 63
+      {"gpt-oss-20b", 505, "wgmma.r256x128.w8.s4.k1", "wgmma.r256x128.w8.s4.k1"}, // 64: 128 tokens a tile
       {"gpt-oss-20b", 1528, "wgmma.r256x128.w8.s4.k1", "wgmma.r256x128.w8.s4.k1"}, // 191
       {"gpt-oss-20b", 1529, "wgmma.r128x256.w8.s4.k1", "wgmma.r128x256.w8.s4.k1"}, // 192: 256 tokens a tile
       {"gpt-oss-20b", 4096, "wgmma.r128x256.w8.s4.k1", "wgmma.r128x256.w8.s4.k1"},
@@ -268,9 +268,11 @@ TEST(Heuristic, PinnedChoices) {
       {"gpt-oss-120b", 64, "sk.r384x8.w24.u2.k1", "sk.r384x8.w24.u2.k1"},   // expected 2 rows
       {"gpt-oss-120b", 128, "sk.r384x8.w24.u2.k1", "sk.r384x8.w24.u2.k1"},  // expected 4 rows
       {"gpt-oss-120b", 129, "sk.r384x16.w24.u2.k1", "sk.r384x16.w24.u2.k1"},
-      {"gpt-oss-120b", 257, "mma.r128x16.w4x1.s4.k1", "mma.r128x16.w4x1.s4.k1"},
-      {"gpt-oss-120b", 992, "mma.r128x32.w4x1.s4.k1", "mma.r128x32.w4x1.s4.k1"},
-      {"gpt-oss-120b", 993, "wgmma.r256x128.w8.s4.k1", "wgmma.r256x128.w8.s4.k1"},
+      {"gpt-oss-120b", 257, "wgmma.r256x32.w8.s6.k1", "wgmma.r256x32.w8.s6.k1"},
+      {"gpt-oss-120b", 992, "wgmma.r256x32.w8.s6.k1", "wgmma.r256x32.w8.s6.k1"},
+      {"gpt-oss-120b", 993, "wgmma.r256x64.w8.s5.k1", "wgmma.r256x64.w8.s5.k1"},
+      {"gpt-oss-120b", 2016, "wgmma.r256x64.w8.s5.k1", "wgmma.r256x64.w8.s5.k1"},
+      {"gpt-oss-120b", 2017, "wgmma.r256x128.w8.s4.k1", "wgmma.r256x128.w8.s4.k1"},
       {"gpt-oss-120b", 6112, "wgmma.r256x128.w8.s4.k1", "wgmma.r256x128.w8.s4.k1"},
       {"gpt-oss-120b", 6113, "wgmma.r128x256.w8.s4.k1", "wgmma.r128x256.w8.s4.k1"},
   };
