@@ -59,18 +59,13 @@ __device__ __forceinline__ void mbarrier_arrive_expect_tx(unsigned barrier, unsi
 __device__ __forceinline__ void mbarrier_arrive(unsigned barrier) {
   asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(barrier) : "memory");
 }
-// The copy alone; some arrival must expect its bytes.
-__device__ __forceinline__ void bulk_copy_counted(unsigned destination, const void* source, unsigned bytes,
-                                                  unsigned barrier) {
+__device__ __forceinline__ void bulk_copy_to_shared(unsigned destination, const void* source, unsigned bytes,
+                                                    unsigned barrier) {
+  mbarrier_arrive_expect_tx(barrier, bytes);
   asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
                    destination),
                "l"(source), "r"(bytes), "r"(barrier)
                : "memory");
-}
-__device__ __forceinline__ void bulk_copy_to_shared(unsigned destination, const void* source, unsigned bytes,
-                                                    unsigned barrier) {
-  mbarrier_arrive_expect_tx(barrier, bytes);
-  bulk_copy_counted(destination, source, bytes, barrier);
 }
 // Spins until the barrier's phase of parity `parity` has completed.
 __device__ __forceinline__ void mbarrier_wait(unsigned barrier, unsigned parity) {

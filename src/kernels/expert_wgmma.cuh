@@ -3,11 +3,11 @@
 // 64-K slices with two tensor copies a slice: the tile's activation rows (the input is in sorted
 // rows: FC2's always, FC1's x gathered so by the gather launch after the routing), which the copy
 // writes in the 128-byte swizzle wgmma reads, and the slice's records (kTileRows / 16 of them, 544
-// bytes each, as stored), both completing on the slot's "full" barrier. (Bulk copies of one record
-// each kept the producer busy ~80 clocks a record, longer than the consumers' work on a slice.) kConsumerWarps / 4 consumer
-// warpgroups each own 64 kWarpRecords weight rows: per slice a consumer warp dequantises its
-// kWarpRecords records into bf16 A fragments in registers (mxfp4_fragment.cuh) and issues
-// 4 kWarpRecords wgmma m64nNk16 with the activations as B from shared memory; the slice's MMAs run
+// bytes each, as stored), both completing on the slot's "full" barrier (one bulk copy per record
+// kept the producer busy ~80 clocks a record, longer than the consumers' work on a slice).
+// kConsumerWarps / 4 consumer warpgroups each own 64 kWarpRecords weight rows: per slice a
+// consumer warp dequantises its kWarpRecords records into bf16 A fragments in registers
+// (mxfp4_fragment.cuh) and issues 4 kWarpRecords wgmma m64nNk16 with the activations as B from shared memory; the slice's MMAs run
 // while the warp dequantises the next slice into the other register set, and a slot is handed
 // back on its "empty" barrier once the MMAs that read it are done. Accumulators go straight to
 // the epilogue of the tiled families (store_accumulators: FC1's bias and SwiGLU, FC2's bias and
@@ -73,9 +73,8 @@ struct FragmentSet {
 // A consumer warpgroup's MMAs of one slice, at the narrowest width in {kN, kN / 2, kN / 4} (at
 // least 32) that covers the tile's `tokens`: an expert's last, partial token tile then costs about
 // what it holds. The widths write prefixes of the same accumulators; `first`: the tile's first
-// slice, whose first k-step overwrites them. Each width commits its own MMAs as one group: a
-// commit after the branches would be a group of its own (ptxas issues an empty MMA for it), and
-// waiting for all groups but the newest would then wait for this slice's MMAs too.
+// slice, whose first k-step overwrites them. Each width commits its own MMAs as one group (a
+// commit after the branches compiles to an empty MMA, a group of its own).
 template <int kN, int kNarrowings = 2, int kWarpRecords, int kAccumulators>
 __device__ __forceinline__ void multiply_slice(float (&acc)[kWarpRecords][kAccumulators],
                                                const unsigned (&a)[kWarpRecords][4][4], unsigned long long descriptor,

@@ -1,6 +1,6 @@
 // Hopper warpgroup MMA (sm_90a only): the wgmma.mma_async wrappers mxmoe uses, A from registers
-// (dequantised weights) and B from shared memory (activations) through a matrix descriptor, and
-// the tensor copies that fill B, and the fences and register-count changes that go with them. No
+// (dequantised weights) and B from shared memory (activations) through a matrix descriptor, the
+// tensor copies that fill shared memory, and the fences and register-count changes that go with them. No
 // toolkit headers, as in device_utils.cuh.
 //
 // A warpgroup is 4 consecutive warps. m64nNk16 with A in registers: warp w of the group holds
