@@ -120,6 +120,30 @@ __device__ __forceinline__ unsigned bf16x2_mul(unsigned a, unsigned b) {
   return d;
 }
 
+// The special-function unit's 2^x and 1/x with subnormal inputs and results flushed to zero: one
+// MUFU each, where the IEEE-subnormal forms add a range test and two rescaling multiplies.
+__device__ __forceinline__ float exp2_approx_ftz(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+__device__ __forceinline__ float reciprocal_approx_ftz(float x) {
+  float y;
+  asm("rcp.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+// min and max that return NaN when either operand is NaN (one FMNMX each, sm_80+).
+__device__ __forceinline__ float min_nan(float a, float b) {
+  float y;
+  asm("min.NaN.f32 %0, %1, %2;\n" : "=f"(y) : "f"(a), "f"(b));
+  return y;
+}
+__device__ __forceinline__ float max_nan(float a, float b) {
+  float y;
+  asm("max.NaN.f32 %0, %1, %2;\n" : "=f"(y) : "f"(a), "f"(b));
+  return y;
+}
+
 __device__ __forceinline__ float bf16_bits_to_float(unsigned short bits) {
   return __uint_as_float(static_cast<unsigned>(bits) << 16);
 }

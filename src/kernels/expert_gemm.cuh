@@ -46,52 +46,70 @@ constexpr int small_route_bytes(int num_experts) {
 
 namespace mxmoe::kernels {
 
-// gpt-oss SwiGLU, NaN-propagating like the reference (min / clamp written as comparisons). The
-// sigmoid by the fast exponential and reciprocal (a few ulp of fp32, far below the bf16 output's
-// rounding): IEEE expf and division took ~40 instructions per output, a fifth of a prefill tile's
-// time in its epilogue.
+// gpt-oss SwiGLU, NaN-propagating like the reference: glu * sigmoid(1.702 glu) * (lin + 1) with
+// glu = min(glu, 7), lin = clamp(lin, -7, 7). Ten instructions, two of them MUFU: the sigmoid by
+// 2^x and 1/x with subnormals flushed, which differs from the reference's only where glu < -51
+// (sigmoid below 2^-126: the output is then 0 where the reference's is under 1e-36 in magnitude).
+// IEEE expf and division took ~40 instructions per output, a fifth of a prefill tile's time.
 __device__ __forceinline__ float gpt_oss_swiglu(float glu, float lin) {
-  constexpr float kLimit = 7.0f, kAlpha = 1.702f;
-  glu = kLimit < glu ? kLimit : glu;
-  lin = lin < -kLimit ? -kLimit : (kLimit < lin ? kLimit : lin);
-  return __fdividef(glu, 1.0f + __expf(-kAlpha * glu)) * (lin + 1.0f);
+  constexpr float kLimit = 7.0f, kMinusAlphaLog2e = -1.702f * 1.4426950408889634f;
+  glu = min_nan(glu, kLimit);
+  lin = max_nan(min_nan(lin, kLimit), -kLimit);
+  return glu * reciprocal_approx_ftz(1.0f + exp2_approx_ftz(kMinusAlphaLog2e * glu)) * (lin + 1.0f);
 }
 
-// Stores one accumulator tile: `row_tile` is the record's row tile, `first_row` the sorted row of
-// the tile's token 0, `tokens` how many of its 8 tokens exist. FC2 adds the bias in split 0 only.
-// `fc1`, here and below, is a constant in the per-stage kernels and a run-time value in the fused
-// layer, which so keeps one copy of the weight loop.
-__device__ __forceinline__ void store_accumulators(const ExpertGemmArgs& args, const float (&acc)[4], int expert,
-                                                   int row_tile, int first_row, int tokens, int split, bool fc1) {
+// Stores a warp's accumulator tiles of one record and kGroups 8-token groups (group t's four at
+// acc[4 t]): `row_tile` is the record's row tile, `first_row` the sorted row of group 0's token 0,
+// `tokens` how many of the groups' tokens exist (the groups past them are skipped). FC2 adds the
+// bias in split 0 only. `fc1`, here and below, is a constant in the per-stage kernels and a
+// run-time value in the fused layer, which so keeps one copy of the weight loop. A lane's outputs
+// are addressed from one pointer by offsets of whole token rows, so a store costs an offset and a
+// predicate rather than a 64-bit product and a branch.
+template <int kGroups>
+__device__ __forceinline__ void store_accumulator_groups(const ExpertGemmArgs& args, const float (&acc)[4 * kGroups],
+                                                         int expert, int row_tile, int first_row, int tokens, int split,
+                                                         bool fc1) {
   const int lane = threadIdx.x % 32;
   const int g = lane / 4, token = 2 * (lane % 4);
-  // Read-only loads, so that a caller's unrolled loop over token groups loads the two biases once.
   const float* bias_row = args.bias + static_cast<long long>(expert) * args.rows + 16 * row_tile + g;
   const float bias[2] = {__ldg(bias_row), __ldg(bias_row + 8)};
   if (fc1) {
     const int columns = args.rows / 2;
-    const int column = 8 * row_tile + g;
-    auto* out = static_cast<unsigned short*>(args.output);
+    unsigned short* out =
+        static_cast<unsigned short*>(args.output) + static_cast<long long>(first_row + token) * columns + 8 * row_tile + g;
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      if (token + i < tokens) {
-        const float a = gpt_oss_swiglu(acc[i] + bias[0], acc[2 + i] + bias[1]);
-        out[static_cast<long long>(first_row + token + i) * columns + column] = float_to_bf16_bits(a);
+    for (int t = 0; t < kGroups; ++t) {
+      if (8 * t >= tokens) break;
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        const unsigned short a =
+            float_to_bf16_bits(gpt_oss_swiglu(acc[4 * t + i] + bias[0], acc[4 * t + 2 + i] + bias[1]));
+        if (8 * t + token + i < tokens) out[(8 * t + i) * columns] = a;
       }
     }
   } else {
-    const int row = 16 * row_tile + g;
     const float bias_low = split == 0 ? bias[0] : 0.0f, bias_high = split == 0 ? bias[1] : 0.0f;
-    float* out = static_cast<float*>(args.output) + split * args.split_stride;
+    float* out = static_cast<float*>(args.output) + split * args.split_stride +
+                 static_cast<long long>(first_row + token) * args.rows + 16 * row_tile + g;
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      if (token + i < tokens) {
-        float* y = out + static_cast<long long>(first_row + token + i) * args.rows + row;
-        y[0] = acc[i] + bias_low;
-        y[8] = acc[2 + i] + bias_high;
+    for (int t = 0; t < kGroups; ++t) {
+      if (8 * t >= tokens) break;
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        if (8 * t + token + i < tokens) {
+          float* y = out + (8 * t + i) * args.rows;
+          y[0] = acc[4 * t + i] + bias_low;
+          y[8] = acc[4 * t + 2 + i] + bias_high;
+        }
       }
     }
   }
+}
+
+// One 8-token group's accumulator tile (store_accumulator_groups).
+__device__ __forceinline__ void store_accumulators(const ExpertGemmArgs& args, const float (&acc)[4], int expert,
+                                                   int row_tile, int first_row, int tokens, int split, bool fc1) {
+  store_accumulator_groups<1>(args, acc, expert, row_tile, first_row, tokens, split, fc1);
 }
 
 // The source row of sorted row `row`: FC1 gathers the token's x row, FC2 reads its own row.

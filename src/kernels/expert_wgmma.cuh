@@ -10,7 +10,7 @@
 // (mxfp4_fragment.cuh) and issues 4 kWarpRecords wgmma m64nNk16 with the activations as B from shared memory; the slice's MMAs run
 // while the warp dequantises the next slice into the other register set, and a slot is handed
 // back on its "empty" barrier once the MMAs that read it are done. Accumulators go straight to
-// the epilogue of the tiled families (store_accumulators: FC1's bias and SwiGLU, FC2's bias and
+// the epilogue of the tiled families (store_accumulator_groups: FC1's bias and SwiGLU, FC2's bias and
 // K split). The producer warpgroup runs on 56 registers so that the consumers get the rest
 // (setmaxnreg); its other threads have nothing to do.
 //
@@ -194,12 +194,7 @@ __global__ void __launch_bounds__(kWgmmaProducerThreads + kConsumerWarps * 32, 1
   for (int r = 0; r < kWarpRecords; ++r) {
     const int row_tile = first_row_tile + record_of(r);
     if (row_tile >= row_tiles) continue;
-#pragma unroll
-    for (int t = 0; t < kTileTokens / 8; ++t) {
-      if (8 * t >= tokens) break;
-      const float tile_acc[4] = {acc[r][4 * t], acc[r][4 * t + 1], acc[r][4 * t + 2], acc[r][4 * t + 3]};
-      store_accumulators(args, tile_acc, expert, row_tile, first_row + 8 * t, tokens - 8 * t, split, kFc1);
-    }
+    store_accumulator_groups<kTileTokens / 8>(args, acc[r], expert, row_tile, first_row, tokens, split, kFc1);
   }
 #else
   __trap();  // wgmma needs sm_90a; the family's tactics are valid there alone
