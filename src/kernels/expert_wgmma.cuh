@@ -70,18 +70,24 @@ struct FragmentSet {
   static constexpr int value = kSet;
 };
 
-// A consumer warpgroup's MMAs of one slice, at the narrowest width in {kN, kN / 2, kN / 4} (at
-// least 32) that covers the tile's `tokens`: an expert's last, partial token tile then costs about
-// what it holds. The widths write prefixes of the same accumulators; `first`: the tile's first
-// slice, whose first k-step overwrites them. Each width commits its own MMAs as one group (a
-// commit after the branches compiles to an empty MMA, a group of its own).
-template <int kN, int kNarrowings = 2, int kWarpRecords, int kAccumulators>
+// The MMA widths a token tile narrows to: 32, 64, 96, 128, 192, 256 (the next narrower of kN; 0
+// below 32). Steps of a quarter of the width above 64 keep a partial tile's padding under a
+// quarter of its MMA columns.
+__host__ __device__ constexpr int narrower_width(int n) { return n > 128 ? n - 64 : n > 64 ? n - 32 : n / 2 >= 32 ? n / 2 : 0; }
+
+// A consumer warpgroup's MMAs of one slice, at the narrowest width of narrower_width's chain from
+// kN that covers the tile's `tokens`: an expert's last, partial token tile then costs about what it
+// holds. The widths write prefixes of the same accumulators; `first`: the tile's first slice,
+// whose first k-step overwrites them. Each width commits its own MMAs as one group (a commit after
+// the branches compiles to an empty MMA, a group of its own).
+template <int kN, int kWarpRecords, int kAccumulators>
 __device__ __forceinline__ void multiply_slice(float (&acc)[kWarpRecords][kAccumulators],
                                                const unsigned (&a)[kWarpRecords][4][4], unsigned long long descriptor,
                                                bool first, int tokens) {
-  if constexpr (kNarrowings > 0 && kN / 2 >= 32) {
-    if (tokens <= kN / 2) {
-      multiply_slice<kN / 2, kNarrowings - 1>(acc, a, descriptor, first, tokens);
+  constexpr int kNarrower = narrower_width(kN);
+  if constexpr (kNarrower > 0) {
+    if (tokens <= kNarrower) {
+      multiply_slice<kNarrower>(acc, a, descriptor, first, tokens);
       return;
     }
   }
@@ -160,18 +166,17 @@ __global__ void __launch_bounds__(kWgmmaProducerThreads + kConsumerWarps * 32, 1
     mbarrier_wait(full + 8 * s, (slice / kStages) & 1);
     const unsigned stage = smem_base + s * kStageBytes;
     const unsigned char* records = smem + s * kStageBytes + kActivationBytes;
+    // Every record is dequantised, with no test of its row tile: one past the matrix's rows holds
+    // zeros (past the last expert) or the next expert's rows, whose MMA rows the epilogue skips.
+    uint4 values[kWarpRecords];
+    unsigned scale_words[kWarpRecords];
 #pragma unroll
     for (int r = 0; r < kWarpRecords; ++r) {
-      if (first_row_tile + record_of(r) < row_tiles) {
-        const unsigned char* record = records + record_of(r) * kRecordBytes;
-        dequantize_record(*reinterpret_cast<const uint4*>(record + 16 * lane),
-                          *reinterpret_cast<const unsigned*>(record + kRecordValueBytes + 4 * (lane / 4)),
-                          a[set.value][r]);
-      } else {
-#pragma unroll
-        for (int j = 0; j < 16; ++j) a[set.value][r][j / 4][j % 4] = 0u;
-      }
+      const unsigned char* record = records + record_of(r) * kRecordBytes;
+      values[r] = *reinterpret_cast<const uint4*>(record + 16 * lane);
+      scale_words[r] = *reinterpret_cast<const unsigned*>(record + kRecordValueBytes + 4 * (lane / 4));
     }
+    dequantize_records(values, scale_words, a[set.value]);
     const unsigned long long descriptor = wgmma_descriptor_sw128(stage);
     wgmma_fence();
     multiply_slice<kTileTokens>(acc, a[set.value], descriptor, slice == 0, tokens);

@@ -1,6 +1,7 @@
 // A probe kernel for the GPU tests: each warp dequantizes one record with the kernels' own
-// dequantize_record and writes every fragment element out as float, so a test can compare every
-// E2M1 code under every E8M0 scale with the CPU decoder.
+// dequantize_record, or two consecutive records at once with dequantize_records (one range test
+// for both, as the wgmma family calls it), and writes every fragment element out as float, so a
+// test can compare every E2M1 code under every E8M0 scale with the CPU decoder.
 #include <cuda_runtime.h>
 
 #include "dequant_probe.hpp"
@@ -9,26 +10,43 @@
 namespace mxmoe::test {
 namespace {
 
-// out[((record * 32 + lane) * 4 + j) * 8 + 2 * reg + half]
+// out[((record * 32 + lane) * 4 + j) * 8 + 2 * reg + half]; kRecords records a warp, from record
+// kRecords * blockIdx.x.
+template <int kRecords>
 __global__ void dequant_probe_kernel(const unsigned char* records, float* out) {
-  const int record = blockIdx.x, lane = threadIdx.x;
-  const unsigned char* r = records + static_cast<long long>(record) * kernels::kRecordBytes;
-  unsigned a[4][4];
-  kernels::dequantize_record(*reinterpret_cast<const uint4*>(r + 16 * lane),
-                             *reinterpret_cast<const unsigned*>(r + kernels::kRecordValueBytes + 4 * (lane / 4)), a);
-  for (int j = 0; j < 4; ++j) {
-    for (int reg = 0; reg < 4; ++reg) {
-      float* o = out + ((static_cast<long long>(record) * 32 + lane) * 4 + j) * 8 + 2 * reg;
-      o[0] = __uint_as_float(a[j][reg] << 16);
-      o[1] = __uint_as_float(a[j][reg] & 0xFFFF0000u);
+  const int first = kRecords * blockIdx.x, lane = threadIdx.x;
+  uint4 values[kRecords];
+  unsigned scale_words[kRecords];
+  for (int i = 0; i < kRecords; ++i) {
+    const unsigned char* r = records + static_cast<long long>(first + i) * kernels::kRecordBytes;
+    values[i] = *reinterpret_cast<const uint4*>(r + 16 * lane);
+    scale_words[i] = *reinterpret_cast<const unsigned*>(r + kernels::kRecordValueBytes + 4 * (lane / 4));
+  }
+  unsigned a[kRecords][4][4];
+  if constexpr (kRecords == 1) {
+    kernels::dequantize_record(values[0], scale_words[0], a[0]);
+  } else {
+    kernels::dequantize_records(values, scale_words, a);
+  }
+  for (int i = 0; i < kRecords; ++i) {
+    for (int j = 0; j < 4; ++j) {
+      for (int reg = 0; reg < 4; ++reg) {
+        float* o = out + ((static_cast<long long>(first + i) * 32 + lane) * 4 + j) * 8 + 2 * reg;
+        o[0] = __uint_as_float(a[i][j][reg] << 16);
+        o[1] = __uint_as_float(a[i][j][reg] & 0xFFFF0000u);
+      }
     }
   }
 }
 
 }  // namespace
 
-cudaError_t run_dequant_probe(const unsigned char* device_records, int records, float* device_out) {
-  dequant_probe_kernel<<<records, 32>>>(device_records, device_out);
+cudaError_t run_dequant_probe(const unsigned char* device_records, int records, bool in_pairs, float* device_out) {
+  if (in_pairs) {
+    dequant_probe_kernel<2><<<records / 2, 32>>>(device_records, device_out);
+  } else {
+    dequant_probe_kernel<1><<<records, 32>>>(device_records, device_out);
+  }
   return cudaGetLastError();
 }
 

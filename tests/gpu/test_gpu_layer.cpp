@@ -264,7 +264,9 @@ TEST(GpuLayerArguments, BadArgumentsThrowBeforeAnyLaunch) {
 TEST(GpuDequant, EveryCodeUnderEveryScaleMatchesTheCpuDecoder) {
   MXMOE_REQUIRE_GPU();
   // Record s has every scale byte = s, and value codes cycling through all 16 codes in every
-  // fragment slot, so all 16 x 256 (code, scale) pairs pass through every slot.
+  // fragment slot, so all 16 x 256 (code, scale) pairs pass through every slot. Dequantised one
+  // record at a time and in pairs (s, s + 1): a pair takes one multiply only where both scales do
+  // (1-128), so pairs (0, 1) and (128, 129) take the two-multiply path for an in-range scale too.
   const int records = 256;
   std::vector<unsigned char> host(static_cast<size_t>(records) * kernels::kRecordBytes);
   for (int s = 0; s < records; ++s) {
@@ -279,24 +281,28 @@ TEST(GpuDequant, EveryCodeUnderEveryScaleMatchesTheCpuDecoder) {
     std::fill(r + kernels::kRecordValueBytes, r + kernels::kRecordBytes, static_cast<unsigned char>(s));
   }
   DeviceArray<unsigned char> d_records(host);
-  DeviceArray<float> d_out(static_cast<size_t>(records) * 32 * 4 * 8);
-  MXMOE_CUDA_OK(test::run_dequant_probe(d_records.get(), records, d_out.get()));
-  MXMOE_CUDA_OK(cudaDeviceSynchronize());
-  const auto out = d_out.to_host();
-  for (int s = 0; s < records; ++s) {
-    for (int lane = 0; lane < 32; ++lane) {
-      for (int j = 0; j < 4; ++j) {
-        uint32_t word;
-        std::memcpy(&word, host.data() + static_cast<size_t>(s) * kernels::kRecordBytes + 16 * lane + 4 * j, 4);
-        for (int reg = 0; reg < 4; ++reg) {
-          for (int half = 0; half < 2; ++half) {
-            const float expected =
-                decode_e2m1(static_cast<uint8_t>(kernels::e2m1_code_at(word, reg, half))) * decode_e8m0(static_cast<uint8_t>(s));
-            const float got = out[((static_cast<size_t>(s) * 32 + lane) * 4 + j) * 8 + 2 * reg + half];
-            if (std::isnan(expected)) {
-              ASSERT_TRUE(std::isnan(got)) << "scale " << s;
-            } else {
-              ASSERT_EQ(got, expected) << "scale " << s << " lane " << lane << " step " << j << " reg " << reg;
+  for (const bool in_pairs : {false, true}) {
+    SCOPED_TRACE(in_pairs ? "dequantize_records, two records a warp" : "dequantize_record");
+    DeviceArray<float> d_out(static_cast<size_t>(records) * 32 * 4 * 8);
+    MXMOE_CUDA_OK(cudaMemset(d_out.get(), 0xFF, static_cast<size_t>(records) * 32 * 4 * 8 * sizeof(float)));  // NaN
+    MXMOE_CUDA_OK(test::run_dequant_probe(d_records.get(), records, in_pairs, d_out.get()));
+    MXMOE_CUDA_OK(cudaDeviceSynchronize());
+    const auto out = d_out.to_host();
+    for (int s = 0; s < records; ++s) {
+      for (int lane = 0; lane < 32; ++lane) {
+        for (int j = 0; j < 4; ++j) {
+          uint32_t word;
+          std::memcpy(&word, host.data() + static_cast<size_t>(s) * kernels::kRecordBytes + 16 * lane + 4 * j, 4);
+          for (int reg = 0; reg < 4; ++reg) {
+            for (int half = 0; half < 2; ++half) {
+              const float expected =
+                  decode_e2m1(static_cast<uint8_t>(kernels::e2m1_code_at(word, reg, half))) * decode_e8m0(static_cast<uint8_t>(s));
+              const float got = out[((static_cast<size_t>(s) * 32 + lane) * 4 + j) * 8 + 2 * reg + half];
+              if (std::isnan(expected)) {
+                ASSERT_TRUE(std::isnan(got)) << "scale " << s;
+              } else {
+                ASSERT_EQ(got, expected) << "scale " << s << " lane " << lane << " step " << j << " reg " << reg;
+              }
             }
           }
         }
