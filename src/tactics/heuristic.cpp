@@ -11,7 +11,9 @@ namespace {
 // <= 4 touched experts, warps along K (FC1 2 per column; FC2, which has half FC1's rows, 4); 8
 // columns per CTA once more experts fill the SMs. Past ~12 touched experts, where those CTAs run
 // in more than one wave, the stream-K GEMV with one 24-warp CTA per SM: 8 tokens per tile up to
-// ~4 expected rows per expert, 16 up to 8.
+// ~4 expected rows per expert, 16 up to 12 (on the H100 it leads the wgmma family's 32-token tile
+// at 12 rows, by 7 % on gpt-oss-20b and 3 % on gpt-oss-120b, and trails it at 16;
+// docs/perf-notes.md, "the wgmma family, round 4").
 const Tactic kGemvFewFc1{
     .family = "gemv", .tile_rows = 64, .tile_tokens = 8, .warps_rows = 4, .warps_k = 2, .batch_records = 2};
 const Tactic kGemvFewFc2{
@@ -19,9 +21,10 @@ const Tactic kGemvFewFc2{
 const Tactic kGemvWide{.family = "gemv", .tile_rows = 128, .tile_tokens = 8, .warps_rows = 8, .batch_records = 2};
 const Tactic kStreamK{.family = "sk", .tile_rows = 384, .tile_tokens = 8, .warps_rows = 24, .batch_records = 2};
 const Tactic kStreamK16{.family = "sk", .tile_rows = 384, .tile_tokens = 16, .warps_rows = 24, .batch_records = 2};
+constexpr long long kStreamK16RowsExpected = 12;
 
 // On sm_90a the wgmma family past the stream-K GEMV (H100, docs/perf-notes.md, "records by one
-// tensor copy"), its token tile the power of two that the expected rows per expert fill: 32 tokens
+// tensor copy" and "round 4"), its token tile the power of two that the expected rows per expert fill: 32 tokens
 // (a 6-deep ring) below 32 rows, where it beats the mma tiles by ~1.26x at 16; 64 (5-deep) below
 // 64; 128 below 192; from 192 its 128-row x 256-token tile, whose m64n256 MMAs keep the tensor pipe
 // busier and which wins at 256 rows and up (at 128 the two tie or the first leads).
@@ -70,7 +73,7 @@ LayerPlan heuristic_plan(const MoeShape& shape, int num_tokens, const Arch& arch
     if (fits(kStreamK)) return {kStreamK, kStreamK};
     return {kGemvWide, kGemvWide};
   }
-  if (fits(kStreamK16) && rows_expected <= 8) return {kStreamK16, kStreamK16};
+  if (fits(kStreamK16) && rows_expected <= kStreamK16RowsExpected) return {kStreamK16, kStreamK16};
   if (const Tactic wgmma = wgmma_tile(rows_expected); fits(wgmma)) return {wgmma, wgmma};
   int tile = 16;
   while (tile < 128 && tile < rows_expected) tile *= 2;

@@ -256,7 +256,8 @@ TEST(Heuristic, PinnedChoices) {
       {"gpt-oss-20b", 32, "sk.r384x8.w24.u2.k1", "sk.r384x8.w24.u2.k1"},  // expected 4 rows
       {"gpt-oss-20b", 33, "sk.r384x16.w24.u2.k1", "sk.r384x16.w24.u2.k1"},
       {"gpt-oss-20b", 64, "sk.r384x16.w24.u2.k1", "sk.r384x16.w24.u2.k1"},  // expected 8 rows
-      {"gpt-oss-20b", 65, "wgmma.r256x32.w8.s6.k1", "wgmma.r256x32.w8.s6.k1"},  // 9: wgmma from here
+      {"gpt-oss-20b", 96, "sk.r384x16.w24.u2.k1", "sk.r384x16.w24.u2.k1"},  // expected 12 rows
+      {"gpt-oss-20b", 97, "wgmma.r256x32.w8.s6.k1", "wgmma.r256x32.w8.s6.k1"},  // 13: wgmma from here
       {"gpt-oss-20b", 248, "wgmma.r256x32.w8.s6.k1", "wgmma.r256x32.w8.s6.k1"},  // expected 31 rows
       {"gpt-oss-20b", 249, "wgmma.r256x64.w8.s5.k1", "wgmma.r256x64.w8.s5.k1"},  // 32: 64 tokens a tile
       {"gpt-oss-20b", 504, "wgmma.r256x64.w8.s5.k1", "wgmma.r256x64.w8.s5.k1"},  // 63
@@ -268,7 +269,8 @@ TEST(Heuristic, PinnedChoices) {
       {"gpt-oss-120b", 64, "sk.r384x8.w24.u2.k1", "sk.r384x8.w24.u2.k1"},   // expected 2 rows
       {"gpt-oss-120b", 128, "sk.r384x8.w24.u2.k1", "sk.r384x8.w24.u2.k1"},  // expected 4 rows
       {"gpt-oss-120b", 129, "sk.r384x16.w24.u2.k1", "sk.r384x16.w24.u2.k1"},
-      {"gpt-oss-120b", 257, "wgmma.r256x32.w8.s6.k1", "wgmma.r256x32.w8.s6.k1"},
+      {"gpt-oss-120b", 384, "sk.r384x16.w24.u2.k1", "sk.r384x16.w24.u2.k1"},
+      {"gpt-oss-120b", 385, "wgmma.r256x32.w8.s6.k1", "wgmma.r256x32.w8.s6.k1"},
       {"gpt-oss-120b", 992, "wgmma.r256x32.w8.s6.k1", "wgmma.r256x32.w8.s6.k1"},
       {"gpt-oss-120b", 993, "wgmma.r256x64.w8.s5.k1", "wgmma.r256x64.w8.s5.k1"},
       {"gpt-oss-120b", 2016, "wgmma.r256x64.w8.s5.k1", "wgmma.r256x64.w8.s5.k1"},
