@@ -97,7 +97,10 @@ class _ParallelLayer(torch.nn.Module):
     """What the expert- and tensor-parallel layers share: the group, the device, argument checks. A
     subclass says which shard a rank holds (_shard) and how many tokens its layer may take at once."""
 
-    def __init__(self, weights: mxmoe.Weights, group, device, max_tokens: Optional[int]):
+    def __init__(self, weights: mxmoe.Weights, group=None, device=None, max_tokens: Optional[int] = None):
+        """`weights`: the whole layer's, the same on every rank. `group`: the process group (default: the
+        world). `device`: this rank's (default: the current CUDA device under NCCL, else the CPU).
+        `max_tokens`: the most tokens of one call, prepared for at once on a GPU (mxmoe.torch.MoeLayer)."""
         super().__init__()
         if not isinstance(weights, mxmoe.Weights):
             raise TypeError(f"weights: expected mxmoe.Weights, got {type(weights).__name__}")
@@ -164,9 +167,8 @@ class ExpertParallelLayer(_ParallelLayer):
     that they can be timed one by one (python/bench/distributed.py)."""
 
     def __init__(self, weights: mxmoe.Weights, group=None, device=None, max_tokens: Optional[int] = None):
-        """`weights`: the whole layer's, the same on every rank. `device`: this rank's (default: the
-        current CUDA device under NCCL, else the CPU). `max_tokens`: the most tokens a call on any rank
-        takes; the rank's layer is prepared for the world's, which it may receive."""
+        """As for TensorParallelLayer; `max_tokens` counts a call's tokens on any rank, and the rank's layer
+        is prepared for the world's, which it may receive."""
         super().__init__(weights, group, device, max_tokens)
         self.experts_per_rank = self.shape.num_experts // self.world
         weight, bias = weights.router
@@ -266,10 +268,6 @@ class TensorParallelLayer(_ParallelLayer):
     """Rank `rank` of a tensor-parallel layer: it holds a slice of the intermediate dimension
     (weights.tensor_parallel_shard) of every expert, and every rank takes the same tokens; its output
     and the other ranks' add up, by one all-reduce (in bf16), to the layer's."""
-
-    def __init__(self, weights: mxmoe.Weights, group=None, device=None, max_tokens: Optional[int] = None):
-        """`weights`, `device` as for ExpertParallelLayer; `max_tokens`: the most tokens of a call."""
-        super().__init__(weights, group, device, max_tokens)
 
     def _shard(self, weights: mxmoe.Weights) -> mxmoe.Weights:
         return weights.tensor_parallel_shard(self.rank, self.world)
