@@ -63,6 +63,13 @@ class Weights:
         """The layer's id of each expert held (0..E-1 for a whole layer)."""
         return list(self._core.global_experts)
 
+    @property
+    def router(self) -> tuple[np.ndarray, np.ndarray]:
+        """The router, which every shard holds whole: weight [R, H] and bias [R], float32 holding bf16
+        values (logits = x weight^T + bias)."""
+        weight, bias = self._core.router
+        return _bf16_bits_to_float32(weight), _bf16_bits_to_float32(bias).reshape(-1)
+
     def tensor_parallel_shard(self, rank: int, world: int) -> Weights:
         """Rank `rank` of `world` tensor-parallel shards: a slice of the intermediate dimension (its
         gate/up rows and FC2 columns, widened to whole 32-column scale blocks with zeros outside its

@@ -83,19 +83,10 @@ class MoeLayer(torch.nn.Module):
         torch.compile; an engine passes False to stay free of synchronisation."""
         self._check_live()
         _check_tensor(x, "x", torch.bfloat16, self.device, (None, self.shape.hidden))
-        tokens = x.shape[0]
-        if not isinstance(topk_ids, torch.Tensor) or topk_ids.dtype not in (torch.int32, torch.int64):
-            got = topk_ids.dtype if isinstance(topk_ids, torch.Tensor) else type(topk_ids).__name__
-            raise TypeError(f"topk_ids: expected torch.int32 or torch.int64, got {got}")
-        _check_tensor(topk_ids, "topk_ids", topk_ids.dtype, self.device, (tokens, self.shape.top_k))
-        if isinstance(topk_weights, torch.Tensor) and topk_weights.dtype in (torch.bfloat16, torch.float16):
-            topk_weights = topk_weights.float()
-        _check_tensor(topk_weights, "topk_weights", torch.float32, self.device, (tokens, self.shape.top_k))
         if check_ids is None:
-            check_ids = not (torch.compiler.is_compiling() or torch.cuda.is_current_stream_capturing())
-        if check_ids and tokens and bool(((topk_ids < -1) | (topk_ids >= self.routed_experts)).any()):
-            raise ValueError(f"topk_ids: expected expert ids in [0, {self.routed_experts}) or -1 (no expert), got "
-                             f"values in [{int(topk_ids.min())}, {int(topk_ids.max())}]")
+            check_ids = _eager(self.device)
+        topk_weights = _check_routing(topk_ids, topk_weights, x.shape[0], self.shape.top_k, self.routed_experts,
+                                      self.device, check_ids)
         if torch.compiler.is_compiling():
             return torch.ops.mxmoe.experts(x, topk_ids, topk_weights, self._handle)
         return _run_experts(self, x, topk_ids, topk_weights)
@@ -128,6 +119,30 @@ def _check_tensor(t, name: str, dtype: torch.dtype, device: torch.device, shape)
         raise ValueError(f"{name}: expected shape [{want}], got {list(t.shape)}")
     if not t.is_contiguous():
         raise ValueError(f"{name}: expected a contiguous tensor")
+
+
+def _eager(device: torch.device) -> bool:
+    """Whether a call on `device` runs eagerly: not traced by torch.compile, not captured in a CUDA graph
+    (where reading device data on the host is not allowed)."""
+    return not (torch.compiler.is_compiling() or (device.type == "cuda" and torch.cuda.is_current_stream_capturing()))
+
+
+def _check_routing(topk_ids, topk_weights, tokens: int, top_k: int, routed_experts: int, device: torch.device,
+                   check_ids: bool) -> torch.Tensor:
+    """Checks a caller's routing, topk_ids [T, k] int32 or int64 and topk_weights [T, k] float32 (bf16 and
+    float16 converted), on `device`; with `check_ids`, also that every id is in [-1, routed_experts), which
+    reads the ids on the host. Returns the float32 weights."""
+    if not isinstance(topk_ids, torch.Tensor) or topk_ids.dtype not in (torch.int32, torch.int64):
+        got = topk_ids.dtype if isinstance(topk_ids, torch.Tensor) else type(topk_ids).__name__
+        raise TypeError(f"topk_ids: expected torch.int32 or torch.int64, got {got}")
+    _check_tensor(topk_ids, "topk_ids", topk_ids.dtype, device, (tokens, top_k))
+    if isinstance(topk_weights, torch.Tensor) and topk_weights.dtype in (torch.bfloat16, torch.float16):
+        topk_weights = topk_weights.float()
+    _check_tensor(topk_weights, "topk_weights", torch.float32, device, (tokens, top_k))
+    if check_ids and tokens and bool(((topk_ids < -1) | (topk_ids >= routed_experts)).any()):
+        raise ValueError(f"topk_ids: expected expert ids in [0, {routed_experts}) or -1 (no expert), got "
+                         f"values in [{int(topk_ids.min())}, {int(topk_ids.max())}]")
+    return topk_weights
 
 
 def _run(layer: MoeLayer, x: torch.Tensor, launch) -> torch.Tensor:

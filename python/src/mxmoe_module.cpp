@@ -215,6 +215,13 @@ NB_MODULE(_mxmoe, m) {
                      }
                      return ids;
                    })
+      .def_prop_ro("router",
+                   [](const Weights& w) {
+                     const size_t routed = w.w->num_routed_experts(), hidden = w.w->shape.hidden;
+                     return nb::make_tuple(bf16_result(w.w->router_weight, routed, hidden),
+                                           bf16_result(w.w->router_bias, 1, routed));
+                   },
+                   "(weight [R, H], bias [1, R]) as bf16 bits")
       .def("tensor_parallel_shard",
            [](const Weights& w, int rank, int world) { return Weights::of(tensor_parallel_shard(*w.w, rank, world)); },
            "rank"_a, "world"_a)

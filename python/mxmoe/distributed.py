@@ -1,0 +1,296 @@
+"""mxmoe across the ranks of a torch.distributed process group, under the engine's communication.
+
+Expert parallel: each rank holds E / world of the layer's experts and its own tokens. A token's row
+goes, by all_to_all_single, to each rank that holds one of its top-k experts (once per rank, with its
+whole routing), runs there through that rank's mxmoe expert call (pairs routed to experts the rank
+does not hold add nothing), and comes back as that rank's weighted partial sum; the partial sums of
+a token add up to the layer's output. Tensor parallel: each rank holds a slice of the intermediate
+dimension and the same tokens; one all-reduce sums the ranks' outputs.
+
+    import torch.distributed as dist, mxmoe, mxmoe.distributed
+    dist.init_process_group("nccl")    # "gloo" runs the CPU layer, on CPU tensors
+    ep = mxmoe.distributed.ExpertParallelLayer(weights, device=local_rank, max_tokens=4096)
+    y = ep(x)                          # x: this rank's tokens [T, H] bf16 (T may differ per rank, 0 too)
+    y = ep(x, router_logits)           # routing from given logits [T, E] float32
+    y = ep.experts(x, topk_ids, topk_weights)   # the engine form: routing by the caller
+    tp = mxmoe.distributed.TensorParallelLayer(weights, device=local_rank)
+    y = tp(x)                          # x: the same tokens on every rank, which all get the output
+
+On a CUDA device a rank's layer is an mxmoe.torch.MoeLayer (NCCL moves the rows); on the CPU it is
+an mxmoe.CpuLayer (gloo); the code around the collectives is the same. Every rank of the group must
+make the same call. Arguments are checked before any communication, so a rank that raises leaves
+the others waiting in the collective, as torch.distributed's own calls do. The expert-parallel
+exchange reads its split sizes on the host (a synchronisation): it cannot be captured in a CUDA graph.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple, Optional
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+import mxmoe
+from mxmoe.torch import MoeLayer, _check_routing, _check_tensor, _eager
+
+__all__ = ["ExpertParallelLayer", "TensorParallelLayer", "Dispatched", "NVLINK_MULTICAST_OFF"]
+
+# The environment mxmoe's tests and benchmark give the ranks they start: NVLink multicast (NVLS) off in
+# NCCL, PyTorch and NVSHMEM. The layers need none of it, and on the shared multi-GPU machines they run on
+# a program that uses it can put the host's GPUs out of service.
+NVLINK_MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
+
+
+class _RankLayer:
+    """This rank's mxmoe layer, bf16 tensors in and out: an mxmoe.torch.MoeLayer on a CUDA device, an
+    mxmoe.CpuLayer (through CPU tensors) on the CPU. A call of no tokens runs nothing."""
+
+    def __init__(self, weights: mxmoe.Weights, device: torch.device, max_tokens: Optional[int]):
+        self.on_cpu = device.type == "cpu"
+        self.layer = mxmoe.CpuLayer(weights) if self.on_cpu else MoeLayer(weights, device, max_tokens)
+
+    def forward(self, x: torch.Tensor, router_logits: Optional[torch.Tensor]) -> torch.Tensor:
+        if x.shape[0] == 0:
+            return torch.empty_like(x)
+        if self.on_cpu:
+            return _bf16_tensor(self.layer(x, router_logits))
+        return self.layer(x, router_logits)
+
+    def experts(self, x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor) -> torch.Tensor:
+        """The ids were checked by the caller (the GPU layer is not asked to read them again)."""
+        if x.shape[0] == 0:
+            return torch.empty_like(x)
+        if self.on_cpu:
+            return _bf16_tensor(self.layer.experts(x, topk_ids, topk_weights))
+        return self.layer.experts(x, topk_ids, topk_weights, check_ids=False)
+
+    def free(self) -> None:
+        self.layer.free()
+
+
+def _bf16_tensor(values: np.ndarray) -> torch.Tensor:
+    """The CPU layer's float32 output (every value a bf16) as a bf16 tensor, exactly."""
+    return torch.from_numpy(values).to(torch.bfloat16)
+
+
+def _device_for(group, device) -> torch.device:
+    """The rank's device: the one given, else the current CUDA device under NCCL and the CPU otherwise;
+    refused where the group's backend cannot move tensors of that device."""
+    backend = dist.get_backend(group)
+    if device is None:
+        device = torch.device("cuda", torch.cuda.current_device()) if "nccl" in backend else torch.device("cpu")
+    device = torch.device(device)
+    if device.type == "cuda" and device.index is None:
+        device = torch.device("cuda", torch.cuda.current_device())
+    if device.type not in ("cpu", "cuda"):
+        raise ValueError(f"device: expected a CUDA device or the CPU, got {device}")
+    if backend == "nccl" and device.type == "cpu":
+        raise ValueError("device: the group's backend is nccl, which moves CUDA tensors only; use gloo for the CPU")
+    if backend == "gloo" and device.type == "cuda":
+        raise ValueError(f"device: the group's backend is gloo, whose all_to_all moves CPU tensors only; "
+                         f"use nccl for {device}")
+    return device
+
+
+class _ParallelLayer(torch.nn.Module):
+    """What the expert- and tensor-parallel layers share: the group, the device, argument checks. A
+    subclass says which shard a rank holds (_shard) and how many tokens its layer may take at once."""
+
+    def __init__(self, weights: mxmoe.Weights, group=None, device=None, max_tokens: Optional[int] = None):
+        """`weights`: the whole layer's, the same on every rank. `group`: the process group (default: the
+        world). `device`: this rank's (default: the current CUDA device under NCCL, else the CPU).
+        `max_tokens`: the most tokens of one call, prepared for at once on a GPU (mxmoe.torch.MoeLayer)."""
+        super().__init__()
+        if not isinstance(weights, mxmoe.Weights):
+            raise TypeError(f"weights: expected mxmoe.Weights, got {type(weights).__name__}")
+        if weights.global_experts != list(range(weights.routed_experts)):
+            raise ValueError("weights: expected a whole layer's weights, got an expert-parallel shard")
+        if max_tokens is not None:
+            mxmoe._check_int("max_tokens", max_tokens)
+        if not dist.is_initialized():
+            raise ValueError("group: torch.distributed is not initialised (call init_process_group first)")
+        self.group = group
+        self.rank, self.world = dist.get_rank(group), dist.get_world_size(group)
+        self.device = _device_for(group, device)
+        self.shape = weights.shape
+        self._freed = False
+        self._rank_layer = _RankLayer(self._shard(weights), self.device,
+                                      None if max_tokens is None else self._rank_tokens(max_tokens))
+
+    def _shard(self, weights: mxmoe.Weights) -> mxmoe.Weights:
+        raise NotImplementedError
+
+    def _rank_tokens(self, max_tokens: int) -> int:
+        return max_tokens
+
+    def free(self) -> None:
+        """Frees this rank's layer (its device memory); a later call raises ValueError."""
+        self._freed = True
+        self._rank_layer.free()
+
+    def extra_repr(self) -> str:
+        s = self.shape
+        return (f"E={s.num_experts}, k={s.top_k}, H={s.hidden}, I={s.intermediate}, rank {self.rank} of "
+                f"{self.world}, device={self.device}")
+
+    def _check_x(self, x: torch.Tensor, router_logits: Optional[torch.Tensor] = None) -> None:
+        if self._freed:
+            raise ValueError("layer: this layer was freed")
+        _check_tensor(x, "x", torch.bfloat16, self.device, (None, self.shape.hidden))
+        if router_logits is not None:
+            _check_tensor(router_logits, "router_logits", torch.float32, self.device,
+                          (x.shape[0], self.shape.num_experts))
+
+    def _check_routing(self, x: torch.Tensor, topk_ids, topk_weights, check_ids: bool) -> torch.Tensor:
+        self._check_x(x)
+        return _check_routing(topk_ids, topk_weights, x.shape[0], self.shape.top_k, self.shape.num_experts,
+                              self.device, check_ids)
+
+
+class Dispatched(NamedTuple):
+    """The rows an expert-parallel rank received, and how to send their results back."""
+    x: torch.Tensor              # [R, H] bf16: the received tokens' rows
+    topk_ids: torch.Tensor       # [R, k] int32: their whole routing (the layer's expert ids)
+    topk_weights: torch.Tensor   # [R, k] float32
+    sent_tokens: torch.Tensor    # [S] int64: the sender's token of each row it sent, by destination rank
+    send_splits: list[int]       # rows sent to each rank
+    recv_splits: list[int]       # rows received from each rank
+    num_tokens: int              # the sender's tokens
+
+
+class ExpertParallelLayer(_ParallelLayer):
+    """Rank `rank` of an expert-parallel layer: it holds the experts [E rank / world, E (rank + 1) / world)
+    (weights.expert_parallel_shard) and the whole router, and takes its own tokens.
+
+    forward() and experts() are route -> dispatch -> compute -> combine; the stages are public so
+    that they can be timed one by one (python/bench/distributed.py)."""
+
+    def __init__(self, weights: mxmoe.Weights, group=None, device=None, max_tokens: Optional[int] = None):
+        """As for TensorParallelLayer; `max_tokens` counts a call's tokens on any rank, and the rank's layer
+        is prepared for the world's, which it may receive."""
+        super().__init__(weights, group, device, max_tokens)
+        self.experts_per_rank = self.shape.num_experts // self.world
+        weight, bias = weights.router
+        self._router_weight = torch.from_numpy(weight).to(self.device)
+        self._router_bias = torch.from_numpy(bias).to(self.device)
+
+    def _shard(self, weights: mxmoe.Weights) -> mxmoe.Weights:
+        if weights.routed_experts % self.world:
+            raise ValueError(f"world: {weights.routed_experts} experts do not divide over {self.world} ranks "
+                             "(expert parallelism gives each rank E / world)")
+        return weights.expert_parallel_shard(self.rank, self.world)
+
+    def _rank_tokens(self, max_tokens: int) -> int:
+        return self.world * max_tokens
+
+    def forward(self, x: torch.Tensor, router_logits: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """The layer's output [T, H] bf16 for this rank's tokens x [T, H] bf16."""
+        topk_ids, topk_weights = self.route(x, router_logits)
+        return self._run(x, topk_ids, topk_weights)
+
+    def experts(self, x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor) -> torch.Tensor:
+        """The engine form: the experts and the weighted sum for the caller's routing, topk_ids [T, k]
+        int32 or int64 (the layer's expert ids, -1 for a slot that goes to no expert) and topk_weights
+        [T, k] float32. The ids are read on the host to be checked (the exchange synchronises anyway)."""
+        topk_weights = self._check_routing(x, topk_ids, topk_weights, check_ids=True)
+        return self._run(x, topk_ids, topk_weights)
+
+    def route(self, x: torch.Tensor, router_logits: Optional[torch.Tensor] = None):
+        """(topk_ids [T, k] int64, topk_weights [T, k] float32): the top-k of the logits (given, or the
+        layer's router in float32) and the softmax over the k selected, as mxmoe's layer routes. Logits
+        computed here may differ from mxmoe's own in their last bits (another summation order), which can
+        turn a near tie between the k-th and the next expert the other way; given logits route alike."""
+        self._check_x(x, router_logits)
+        if router_logits is None:
+            router_logits = torch.nn.functional.linear(x.float(), self._router_weight, self._router_bias)
+        top = torch.topk(router_logits, self.shape.top_k, dim=1)
+        return top.indices, torch.softmax(top.values, dim=1)
+
+    def dispatch(self, x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor) -> Dispatched:
+        """Sends each token's row and routing once to every rank that holds one of its experts; receives
+        the rows other ranks send here."""
+        tokens = x.shape[0]
+        owners = torch.div(topk_ids, self.experts_per_rank, rounding_mode="floor")  # -1 stays -1
+        routed = (topk_ids >= 0).to(torch.int32)
+        slots_per_rank = torch.zeros(tokens, self.world, dtype=torch.int32, device=x.device)
+        slots_per_rank.scatter_add_(1, owners.clamp(min=0), routed)
+        sends = slots_per_rank.T > 0                                       # [world, T]
+        send_counts = sends.sum(dim=1)
+        recv_counts = torch.empty_like(send_counts)
+        dist.all_to_all_single(recv_counts, send_counts, group=self.group)
+        send_splits, recv_splits = torch.stack((send_counts, recv_counts)).tolist()
+        sent_tokens = sends.nonzero()[:, 1]                                # by destination rank, then token
+        rows = _pack((x[sent_tokens], topk_ids[sent_tokens].to(torch.int32), topk_weights[sent_tokens]))
+        received = self._exchange(rows, send_splits, recv_splits)
+        rx, rids, rweights = _unpack(received, ((torch.bfloat16, self.shape.hidden), (torch.int32, self.shape.top_k),
+                                                (torch.float32, self.shape.top_k)))
+        return Dispatched(rx, rids, rweights, sent_tokens, send_splits, recv_splits, tokens)
+
+    def compute(self, dispatched: Dispatched) -> torch.Tensor:
+        """This rank's experts over the received rows: each row's weighted sum over the experts held here."""
+        return self._rank_layer.experts(dispatched.x, dispatched.topk_ids, dispatched.topk_weights)
+
+    def combine(self, dispatched: Dispatched, partial: torch.Tensor) -> torch.Tensor:
+        """Sends each received row's partial sum back to its sender, and adds up each token's partial sums
+        (in float32, then rounded to bf16)."""
+        (back,) = _unpack(self._exchange(_pack((partial,)), dispatched.recv_splits, dispatched.send_splits),
+                          ((torch.bfloat16, self.shape.hidden),))
+        out = torch.zeros(dispatched.num_tokens, self.shape.hidden, dtype=torch.float32, device=back.device)
+        return out.index_add_(0, dispatched.sent_tokens, back.float()).to(torch.bfloat16)
+
+    def _run(self, x, topk_ids, topk_weights) -> torch.Tensor:
+        dispatched = self.dispatch(x, topk_ids, topk_weights)
+        return self.combine(dispatched, self.compute(dispatched))
+
+    def _exchange(self, rows: torch.Tensor, send_splits: list[int], recv_splits: list[int]) -> torch.Tensor:
+        received = rows.new_empty((sum(recv_splits), rows.shape[1]))
+        dist.all_to_all_single(received, rows, recv_splits, send_splits, group=self.group)
+        return received
+
+
+def _pack(columns) -> torch.Tensor:
+    """Tensors of the same rows [N, *] side by side as bytes [N, B]: one message for all of them."""
+    return torch.cat([c.contiguous().view(torch.uint8) for c in columns], dim=1)
+
+
+def _unpack(rows: torch.Tensor, columns):
+    """The inverse of _pack for columns (dtype, width) in order."""
+    out, start = [], 0
+    for dtype, width in columns:
+        size = width * dtype.itemsize
+        out.append(rows[:, start:start + size].contiguous().view(dtype))
+        start += size
+    return out
+
+
+class TensorParallelLayer(_ParallelLayer):
+    """Rank `rank` of a tensor-parallel layer: it holds a slice of the intermediate dimension
+    (weights.tensor_parallel_shard) of every expert, and every rank takes the same tokens; its output
+    and the other ranks' add up, by one all-reduce (in bf16), to the layer's."""
+
+    def _shard(self, weights: mxmoe.Weights) -> mxmoe.Weights:
+        return weights.tensor_parallel_shard(self.rank, self.world)
+
+    def forward(self, x: torch.Tensor, router_logits: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """The layer's output [T, H] bf16 for x [T, H] bf16, the same tokens on every rank."""
+        return self.reduce(self.compute(x, router_logits))
+
+    def experts(self, x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor,
+                check_ids: Optional[bool] = None) -> torch.Tensor:
+        """The engine form (as ExpertParallelLayer.experts), the same routing on every rank. `check_ids` as
+        for mxmoe.torch.MoeLayer.experts: reading the ids on the host is this call's only synchronisation."""
+        if check_ids is None:
+            check_ids = _eager(self.device)
+        topk_weights = self._check_routing(x, topk_ids, topk_weights, check_ids)
+        return self.reduce(self._rank_layer.experts(x, topk_ids, topk_weights))
+
+    def compute(self, x: torch.Tensor, router_logits: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """This rank's share of the output: its slice of every expert, routed by the whole router."""
+        self._check_x(x, router_logits)
+        return self._rank_layer.forward(x, router_logits)
+
+    def reduce(self, partial: torch.Tensor) -> torch.Tensor:
+        """The sum of every rank's share, on every rank."""
+        dist.all_reduce(partial, group=self.group)
+        return partial

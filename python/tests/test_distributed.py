@@ -1,0 +1,194 @@
+"""mxmoe.distributed on the CPU (gloo), 2 and 4 processes: the expert- and tensor-parallel layers against
+the single-process CPU layer on the same tokens, routed by the layer's router, by given logits, and by
+the caller (the engine form); odd token counts, a rank with no tokens, ranks that receive none, routing
+skewed onto one rank; and bad input. Skipped without PyTorch's gloo backend."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+dist = pytest.importorskip("torch.distributed")
+if not dist.is_available() or not dist.is_gloo_available():
+    pytest.skip("PyTorch without the gloo backend: the distributed CPU tests are skipped", allow_module_level=True)
+
+import mxmoe  # noqa: E402
+import oracle  # noqa: E402
+from mxmoe.distributed import ExpertParallelLayer, TensorParallelLayer  # noqa: E402
+from ranks import run_ranks  # noqa: E402
+
+SHAPES = {"E8-top2": (8, 2, 96, 160), "E32-top4": (32, 4, 256, 192)}  # E, k, H, I
+EP_TOKENS = {2: [7, 0], 4: [5, 0, 33, 1]}  # each rank's own tokens: odd counts, and a rank with none
+TP_TOKENS = 9
+# A rank's partial sums are rounded to bf16 before they add up (in float32 for expert parallelism, in
+# bf16 by the all-reduce for tensor parallelism); the single-process layer rounds once.
+TOLERANCE = 5e-3
+
+
+def layer_weights(shape) -> mxmoe.Weights:
+    e, k, h, i = shape
+    return mxmoe.weights_from_tensors(oracle.random_layer(np.random.default_rng(list(shape)), e, h, i), top_k=k)
+
+
+def ep_inputs(shape, world: int, rank: int) -> dict:
+    """Rank `rank`'s tokens and routings. skewed_logits send every token to rank 0's experts; ids never
+    pick the last rank's experts (which so receives nothing); one_rank_ids put each token's experts on
+    one rank."""
+    e, k, h, _ = shape
+    per_rank = e // world
+    tokens = EP_TOKENS[world][rank]
+    rng = np.random.default_rng([world, rank, e])
+    skewed_logits = rng.normal(size=(tokens, e)).astype(np.float32)
+    skewed_logits[:, :per_rank] += 8
+    owners = rng.integers(0, world, size=(tokens, 1))
+    return {
+        "x": oracle.bf16_bits(rng.normal(size=(tokens, h))),
+        "skewed_logits": skewed_logits,
+        "ids": rng.integers(-1, e - per_rank, size=(tokens, k)),  # -1: a slot that goes to no expert
+        "weights": rng.random(size=(tokens, k)).astype(np.float32),
+        "one_rank_ids": owners * per_rank + rng.integers(0, per_rank, size=(tokens, k)),
+    }
+
+
+def tp_inputs(shape, world: int) -> dict:
+    """The tokens and routings every rank takes."""
+    e, k, h, _ = shape
+    rng = np.random.default_rng([world, e])
+    return {
+        "x": oracle.bf16_bits(rng.normal(size=(TP_TOKENS, h))),
+        "logits": rng.normal(size=(TP_TOKENS, e)).astype(np.float32),
+        "ids": rng.integers(-1, e, size=(TP_TOKENS, k)),
+        "weights": rng.random(size=(TP_TOKENS, k)).astype(np.float32),
+    }
+
+
+def bf16_tensor(bits: np.ndarray) -> torch.Tensor:
+    return torch.from_numpy(bits.view(np.int16)).view(torch.bfloat16)
+
+
+def rank_outputs(rank: int, world: int, folder) -> None:
+    """One rank's outputs of every case, saved for the test process to compare."""
+    out = {}
+    for name, shape in SHAPES.items():
+        weights = layer_weights(shape)
+        a = {key: torch.from_numpy(value) for key, value in ep_inputs(shape, world, rank).items()}
+        x = bf16_tensor(a.pop("x").numpy())
+        ep = ExpertParallelLayer(weights, device="cpu")
+        out[f"{name}/ep/router"] = ep(x)
+        out[f"{name}/ep/skewed"] = ep(x, a["skewed_logits"])
+        out[f"{name}/ep/engine"] = ep.experts(x, a["ids"], a["weights"])
+        out[f"{name}/ep/one_rank"] = ep.experts(x, a["one_rank_ids"], a["weights"])
+        for case, routing in (("skewed", ep.route(x, a["skewed_logits"])), ("engine", (a["ids"], a["weights"]))):
+            out[f"{name}/ep/{case}_rows_received"] = torch.tensor(sum(ep.dispatch(x, *routing).recv_splits))
+        a = {key: torch.from_numpy(value) for key, value in tp_inputs(shape, world).items()}
+        x = bf16_tensor(a.pop("x").numpy())
+        tp = TensorParallelLayer(weights, device="cpu")
+        out[f"{name}/tp/router"] = tp(x)
+        out[f"{name}/tp/logits"] = tp(x, a["logits"])
+        out[f"{name}/tp/engine"] = tp.experts(x, a["ids"], a["weights"])
+    np.savez(folder / f"rank{rank}.npz", **{key: value.float().numpy() for key, value in out.items()})
+
+    # Shapes that cannot be spread over this world, refused on every rank alike.
+    with pytest.raises(ValueError, match=f"7 experts do not divide over {world} ranks"):
+        ExpertParallelLayer(mxmoe.synthetic_weights(7, 1, 64, 64), device="cpu")
+    if world == 4:
+        with pytest.raises(ValueError, match="fewer experts than the top-k"):
+            ExpertParallelLayer(mxmoe.synthetic_weights(8, 4, 64, 64), device="cpu")
+
+
+@pytest.fixture(scope="module", params=[2, 4], ids=lambda world: f"{world}-ranks")
+def outputs(request, tmp_path_factory):
+    world = request.param
+    folder = tmp_path_factory.mktemp(f"ranks{world}")
+    run_ranks(rank_outputs, world, "gloo", folder, folder)
+    return world, [dict(np.load(folder / f"rank{rank}.npz")) for rank in range(world)]
+
+
+@pytest.mark.parametrize("name", SHAPES)
+def test_expert_parallel_equals_the_single_process_layer(outputs, name):
+    world, per_rank = outputs
+    shape = SHAPES[name]
+    single = mxmoe.CpuLayer(layer_weights(shape))
+    for rank in range(world):
+        a, y = ep_inputs(shape, world, rank), per_rank[rank]
+        x = a["x"]
+        if x.shape[0] == 0:  # a rank with no tokens takes part and gets no rows back
+            assert all(y[f"{name}/ep/{case}"].shape == (0, shape[2]) for case in ("router", "skewed", "engine"))
+            continue
+        expected = {
+            "router": single(x),
+            "skewed": single(x, router_logits=a["skewed_logits"]),
+            "engine": mxmoe.experts(x, a["ids"], a["weights"], single),
+        }
+        for case, want in expected.items():
+            error = oracle.relative_error(y[f"{name}/ep/{case}"], want)
+            assert error < TOLERANCE, f"{case}, rank {rank} of {world}: relative error {error:.2e}"
+        # Each token's experts on one rank: its one partial sum is the layer's output, bit for bit.
+        assert np.array_equal(y[f"{name}/ep/one_rank"], mxmoe.experts(x, a["one_rank_ids"], a["weights"], single))
+    # The routings were skewed as meant: all rows to rank 0; none to the last rank.
+    received = [per_rank[rank][f"{name}/ep/skewed_rows_received"] for rank in range(world)]
+    assert received[0] == sum(EP_TOKENS[world]) and not any(received[1:])
+    assert per_rank[world - 1][f"{name}/ep/engine_rows_received"] == 0
+
+
+@pytest.mark.parametrize("name", SHAPES)
+def test_tensor_parallel_equals_the_single_process_layer(outputs, name):
+    world, per_rank = outputs
+    shape = SHAPES[name]
+    single = mxmoe.CpuLayer(layer_weights(shape))
+    a = tp_inputs(shape, world)
+    expected = {
+        "router": single(a["x"]),
+        "logits": single(a["x"], router_logits=a["logits"]),
+        "engine": mxmoe.experts(a["x"], a["ids"], a["weights"], single),
+    }
+    for rank in range(world):
+        for case, want in expected.items():
+            y = per_rank[rank][f"{name}/tp/{case}"]
+            assert np.array_equal(y, per_rank[0][f"{name}/tp/{case}"])  # every rank gets the same output
+            error = oracle.relative_error(y, want)
+            assert error < TOLERANCE, f"{case}, rank {rank} of {world}: relative error {error:.2e}"
+
+
+@pytest.fixture
+def one_rank(tmp_path):
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+def test_an_uninitialised_group_is_refused():
+    with pytest.raises(ValueError, match="torch.distributed is not initialised"):
+        TensorParallelLayer(layer_weights(SHAPES["E8-top2"]), device="cpu")
+
+
+def test_bad_input_names_the_argument(one_rank):
+    weights = layer_weights(SHAPES["E8-top2"])
+    with pytest.raises(TypeError, match="weights: expected mxmoe.Weights"):
+        ExpertParallelLayer(object(), device="cpu")
+    with pytest.raises(ValueError, match="weights: expected a whole layer's weights"):
+        ExpertParallelLayer(weights.expert_shard([0, 1, 2]), device="cpu")
+    with pytest.raises(ValueError, match="device: the group's backend is gloo"):
+        TensorParallelLayer(weights, device="cuda:0")
+    with pytest.raises(TypeError, match="max_tokens: expected an integer"):
+        TensorParallelLayer(weights, device="cpu", max_tokens=1.5)
+    ep, tp = ExpertParallelLayer(weights, device="cpu"), TensorParallelLayer(weights, device="cpu")
+    x = torch.zeros(3, 96, dtype=torch.bfloat16)
+    ids, w = torch.zeros(3, 2, dtype=torch.int64), torch.full((3, 2), 0.5)
+    for layer in (ep, tp):
+        with pytest.raises(TypeError, match="x: expected torch.bfloat16"):
+            layer(x.float())
+        with pytest.raises(ValueError, match=r"x: expected shape \[T, 96\]"):
+            layer(x[:, :64].contiguous())
+        with pytest.raises(ValueError, match=r"router_logits: expected shape \[3, 8\]"):
+            layer(x, torch.zeros(3, 7))
+        with pytest.raises(TypeError, match="topk_ids: expected torch.int32 or torch.int64"):
+            layer.experts(x, ids.float(), w)
+        with pytest.raises(ValueError, match=r"topk_ids: expected expert ids in \[0, 8\) or -1"):
+            layer.experts(x, ids + 8, w)
+        with pytest.raises(ValueError, match=r"topk_weights: expected shape \[3, 2\]"):
+            layer.experts(x, ids, w[:2])
+        layer.free()
+        with pytest.raises(ValueError, match="freed"):
+            layer(x)

@@ -1,0 +1,74 @@
+"""mxmoe.distributed on 2 and 4 GPUs (NCCL, one process per GPU): the expert- and tensor-parallel layers
+against the single-GPU layer on the same tokens, within 5e-3 relative by norm (the bf16 rounding of the
+ranks' partial sums), for both gpt-oss shapes. Skipped with fewer than 2 CUDA devices visible."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+if torch.cuda.device_count() < 2:
+    pytest.skip(f"{torch.cuda.device_count()} CUDA device(s) visible: the multi-GPU tests need 2 or 4",
+                allow_module_level=True)
+
+import mxmoe  # noqa: E402
+import mxmoe.torch  # noqa: E402
+from mxmoe.distributed import ExpertParallelLayer, TensorParallelLayer  # noqa: E402
+from ranks import run_ranks  # noqa: E402
+
+MODELS = {"gpt-oss-20b": (32, 4, 2880, 2880), "gpt-oss-120b": (128, 4, 2880, 2880)}  # E, k, H, I
+EP_TOKENS = [61, 0, 64, 1]  # rank r's own tokens (the first `world`): odd counts and a rank with none
+TP_TOKENS = 61
+TOLERANCE = 5e-3
+
+
+def inputs(weights: mxmoe.Weights, tokens: int, seed: int, device: torch.device) -> dict:
+    """Seeded tokens, their router logits (the layer's router in float32) and a caller's routing."""
+    e, k, h, _ = weights.shape
+    gen = torch.Generator(device).manual_seed(seed)
+    x = torch.randn(tokens, h, generator=gen, device=device).bfloat16()
+    weight, bias = (torch.from_numpy(a).to(device) for a in weights.router)
+    return {
+        "x": x,
+        "logits": torch.nn.functional.linear(x.float(), weight, bias),
+        "ids": torch.randint(-1, e, (tokens, k), generator=gen, device=device),  # -1: no expert
+        "weights": torch.rand(tokens, k, generator=gen, device=device),
+    }
+
+
+def outputs(layer, a: dict) -> dict:
+    return {"router": layer(a["x"]), "logits": layer(a["x"], a["logits"]),
+            "engine": layer.experts(a["x"], a["ids"], a["weights"])}
+
+
+def rank_checks(rank: int, world: int, model: str) -> None:
+    device = torch.device("cuda", rank)
+    weights = mxmoe.synthetic_weights(*MODELS[model], seed=1)
+    single = mxmoe.torch.MoeLayer(weights, device)
+    errors = {}
+    # Expert parallel: each rank's own tokens. Its router's float32 logits may differ from the single
+    # layer's in the last bits, so both take the same logits (cases "logits" and "engine").
+    # Tensor parallel: the same tokens on every rank; every shard routes as the layer does.
+    for name, cls, a, cases in (
+        ("ep", ExpertParallelLayer, inputs(weights, EP_TOKENS[rank], 100 + rank, device), ("logits", "engine")),
+        ("tp", TensorParallelLayer, inputs(weights, TP_TOKENS, 0, device), ("router", "logits", "engine")),
+    ):
+        layer = cls(weights, device=device)
+        got, want = outputs(layer, a), outputs(single, a)
+        layer.free()
+        for case in cases:
+            if a["x"].shape[0]:
+                errors[f"{name}/{case}"] = (torch.linalg.norm(got[case].float() - want[case].float())
+                                            / torch.linalg.norm(want[case].float())).item()
+    single.free()
+    print(f"{model}, rank {rank} of {world}: relative error against the single-GPU layer "
+          + ", ".join(f"{case} {error:.2e}" for case, error in errors.items()), flush=True)
+    assert max(errors.values()) < TOLERANCE, f"{model}, rank {rank} of {world}: {errors}"
+
+
+@pytest.mark.parametrize("model", MODELS)
+@pytest.mark.parametrize("world", [2, 4])
+def test_parallel_layers_equal_the_single_gpu_layer(world, model, tmp_path):
+    if torch.cuda.device_count() < world:
+        pytest.skip(f"{torch.cuda.device_count()} CUDA devices visible, {world} needed")
+    run_ranks(rank_checks, world, "nccl", tmp_path, model)
