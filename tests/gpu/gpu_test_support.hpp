@@ -155,18 +155,22 @@ inline void expect_close(const std::vector<Bf16>& gpu, const std::vector<float>&
                      << ref[first_far] << ")";
 }
 
-// Every valid tactic of this device's arch for both stages (a whole-layer one is the whole layer),
-// FC2 K splits (as many as FC2's K tiles allow), and the runner's own choice (nullopt).
-inline std::vector<std::pair<std::string, std::optional<LayerPlan>>> plans_to_test(const MoeShape& shape) {
-  std::vector<std::pair<std::string, std::optional<LayerPlan>>> plans{{"heuristic", std::nullopt}};
+// Every valid tactic of this device's arch whose family takes `activations`, for both stages (a
+// whole-layer one is the whole layer), FC2 K splits (as many as FC2's K tiles allow), and for bf16
+// the runner's own choice (nullopt; the test layers' runners take bf16 activations).
+inline std::vector<std::pair<std::string, std::optional<LayerPlan>>> plans_to_test(
+    const MoeShape& shape, ActivationFormat activations = ActivationFormat::kBf16) {
+  std::vector<std::pair<std::string, std::optional<LayerPlan>>> plans;
+  if (activations == ActivationFormat::kBf16) plans.emplace_back("heuristic", std::nullopt);
   const int fc2_k_tiles = (shape.intermediate + 63) / 64;
   for (const Tactic& t : valid_tactics(current_device_arch().arch->name)) {
-    plans.emplace_back(t.name(), LayerPlan{t, t});
+    if (activations_of(t) != activations) continue;
+    plans.emplace_back(t.name(), LayerPlan{t, t, activations});
     // no K split: a whole-layer launch's FC1 and FC2 items share it; a stream-K GEMV splits K itself
-    if (LayerPlan{t, t}.whole_layer() || t.family == "sk") continue;
+    if (LayerPlan{t, t, activations}.whole_layer() || t.family == "sk") continue;
     Tactic split = t;
     split.k_split = std::min(t.family == "gemv" ? kMaxKSplit : 2, fc2_k_tiles);
-    plans.emplace_back(t.name() + "+fc2." + split.name(), LayerPlan{t, split});
+    plans.emplace_back(t.name() + "+fc2." + split.name(), LayerPlan{t, split, activations});
   }
   return plans;
 }
