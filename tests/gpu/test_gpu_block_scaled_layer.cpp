@@ -60,10 +60,8 @@ TEST_P(GpuBlockScaledLayer, EveryTacticMatchesTheMxfp8Reference) {
 
 std::vector<LayerCase> block_scaled_cases() {
   std::vector<LayerCase> cases;
-  for (int t : {1, 3, 8, 9, 31, 100, 255, 1024}) {
-    cases.push_back({"gpt_oss_20b", model_shape("gpt-oss-20b"), t});
-    cases.push_back({"gpt_oss_120b", model_shape("gpt-oss-120b"), t});
-  }
+  for (int t : {1, 3, 8, 9, 31, 100, 255, 1024}) cases.push_back({"gpt_oss_20b", model_shape("gpt-oss-20b"), t});
+  for (int t : {1, 9, 100, 512}) cases.push_back({"gpt_oss_120b", model_shape("gpt-oss-120b"), t});
   // H = 96 and I = 160: half a 64-K slice of padding in both stages' K, and FC1's last 128-row tile
   // holds 64 rows, one 32-column block of FC2's input and the padding block.
   for (int t : {1, 7, 33}) cases.push_back({"odd_E5_k3_H96_I160", MoeShape{5, 3, 96, 160, 1}, t});
@@ -186,7 +184,8 @@ TEST(GpuBlockScaledStages, GatheredRowsAndFc1OutputAreTheReferencesMxfp8) {
     }
     size_t differing = 0;
     for (size_t i = 0; i < expected.size(); ++i) differing += got_pairs[i] != expected[i];
-    EXPECT_LT(relative_error(got_pairs, expected), 1e-3) << shape.describe();
+    // ~1e-5 of the elements flip by one E4M3 step (6-12 %); a layout error moves them all.
+    EXPECT_LT(relative_error(got_pairs, expected), 2e-3) << shape.describe();
     EXPECT_LT(differing, expected.size() / 1000 + 1) << shape.describe() << ": elements off the reference's";
   }
 }
