@@ -177,16 +177,8 @@ __global__ void __launch_bounds__(kWarpsRows * kWarpsTokens * 32)
     __syncthreads();
     store_fc1_mxfp8<kTileRows, kTileTokens, kThreads>(args, swiglu, first_row, tokens);
   } else {
-#pragma unroll
-    for (int r = 0; r < kWarpRecords; ++r) {
-      const int row_tile = first_row_tile + warp_row * kWarpRecords + r;
-      if (row_tile >= row_tiles) continue;
-#pragma unroll
-      for (int t = 0; t < kWarpTiles; ++t) {
-        const int token0 = (warp_token * kWarpTiles + t) * 8;
-        store_accumulators(args, acc[r][t], expert, row_tile, first_row + token0, tokens - token0, split, false);
-      }
-    }
+    store_warp_tiles(args, acc, expert, first_row_tile + warp_row * kWarpRecords, row_tiles, first_row,
+                     warp_token * kWarpTiles * 8, tokens, split, false);
   }
 }
 

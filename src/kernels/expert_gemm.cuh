@@ -301,6 +301,26 @@ __device__ __forceinline__ void multiply_record(float (&acc)[kTokens / 8][4], ui
 
 // The tiled families' pipeline pieces (expert_mma_tile.cuh, expert_block_scaled_tile.cuh).
 
+// Stores a warp's accumulator tiles: kWarpRecords records from row tile `first_row_tile` by
+// kWarpTiles 8-token tiles from the tile's token `first_token` (of `tokens`, from sorted row
+// `first_row`), skipping row tiles from `row_tiles` on.
+template <int kWarpRecords, int kWarpTiles>
+__device__ __forceinline__ void store_warp_tiles(const ExpertGemmArgs& args,
+                                                 const float (&acc)[kWarpRecords][kWarpTiles][4], int expert,
+                                                 int first_row_tile, int row_tiles, int first_row, int first_token,
+                                                 int tokens, int split, bool fc1) {
+#pragma unroll
+  for (int r = 0; r < kWarpRecords; ++r) {
+    const int row_tile = first_row_tile + r;
+    if (row_tile >= row_tiles) continue;
+#pragma unroll
+    for (int t = 0; t < kWarpTiles; ++t) {
+      const int token0 = first_token + 8 * t;
+      store_accumulators(args, acc[r][t], expert, row_tile, first_row + token0, tokens - token0, split, fc1);
+    }
+  }
+}
+
 // Copies records [first_row_tile, + kRecords) of K tile `kt` of `expert_records` into `stage`
 // (cp.async), zeros for row tiles from `row_tiles` on; the whole CTA takes part.
 template <int kRecords, int kThreads>

@@ -175,15 +175,21 @@ inline std::vector<std::pair<std::string, std::optional<LayerPlan>>> plans_to_te
   return plans;
 }
 
-// A parameterised layer test's case: a named shape and a token count.
+// A parameterised layer test's case: a named shape, a token count, and the activations of the
+// plans it runs (every one of plans_to_test(shape, activations)), judged against the reference
+// computed with the same activations.
 struct LayerCase {
   const char* name;
   MoeShape shape;
   int tokens;
+  ActivationFormat activations = ActivationFormat::kBf16;
 };
-inline void PrintTo(const LayerCase& c, std::ostream* os) { *os << c.name << " T=" << c.tokens; }
+inline void PrintTo(const LayerCase& c, std::ostream* os) {
+  *os << c.name << " T=" << c.tokens << " " << activation_format_name(c.activations);
+}
 inline std::string layer_case_name(const ::testing::TestParamInfo<LayerCase>& info) {
-  return std::string(info.param.name) + "_T" + std::to_string(info.param.tokens);
+  return std::string(info.param.name) + "_T" + std::to_string(info.param.tokens) +
+         (info.param.activations == ActivationFormat::kBf16 ? "" : "_mxfp8");
 }
 
 }  // namespace mxmoe::test

@@ -1,9 +1,9 @@
-// The block-scaled tile family (MXFP8 activations) through the whole layer on the GPU, against the
-// CPU reference computed with MXFP8 activations (ReferenceOptions::activations): every tactic of
-// the family and FC2 K splits, both model shapes and odd ones, skewed routing, experts with no row
-// or one, the caller's top-k with slots that go to no expert, bit-identical reruns, CUDA-graph
-// replay; the quantising gather and FC1's MXFP8 output against the CPU's quantiser; a runner that
-// asks for MXFP8 activations; and the first-use check, passing on the twin and failing, with the
+// The block-scaled tile family (MXFP8 activations) on the GPU beyond the layer tests it shares with
+// the bf16 families (test_gpu_layer.cpp: shapes, skewed routing, reruns; test_gpu_engine_form.cpp:
+// the caller's top-k), against the CPU reference computed with MXFP8 activations
+// (ReferenceOptions::activations): experts with no row or one; the quantising gather and FC1's
+// MXFP8 output against the CPU's quantiser; a runner that asks for MXFP8 activations and its
+// CUDA-graph replay; and the first-use check, passing on the family as built and failing, with the
 // fallback to bf16 activations, on a twin built with a wrong scale placement. On a device other
 // than a 12.x one the family runs its twin (block_scaled_mma.cuh). Outputs and workspaces are
 // poisoned (NaN codes, scales and floats, -1 indices) before every run, so an element nothing wrote
@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <memory>
 #include <string>
 
 #include "format/mxfp8_rows.hpp"
@@ -48,47 +49,6 @@ void expect_every_plan_matches(const TestLayer& layer, const std::vector<Bf16>& 
   }
 }
 
-class GpuBlockScaledLayer : public ::testing::TestWithParam<LayerCase> {};
-
-TEST_P(GpuBlockScaledLayer, EveryTacticMatchesTheMxfp8Reference) {
-  MXMOE_REQUIRE_GPU();
-  const auto& c = GetParam();
-  const auto& layer = test_layer(c.shape, 17);
-  const std::vector<Bf16> x = make_activations(c.tokens, c.shape.hidden, 1000 + c.tokens);
-  expect_every_plan_matches(layer, x, c.tokens, router_logits(layer.weights, x, c.tokens), c.name);
-}
-
-std::vector<LayerCase> block_scaled_cases() {
-  std::vector<LayerCase> cases;
-  for (int t : {1, 3, 8, 9, 31, 100, 255, 1024}) cases.push_back({"gpt_oss_20b", model_shape("gpt-oss-20b"), t});
-  for (int t : {1, 9, 100, 512}) cases.push_back({"gpt_oss_120b", model_shape("gpt-oss-120b"), t});
-  // H = 96 and I = 160: half a 64-K slice of padding in both stages' K, and FC1's last 128-row tile
-  // holds 64 rows, one 32-column block of FC2's input and the padding block.
-  for (int t : {1, 7, 33}) cases.push_back({"odd_E5_k3_H96_I160", MoeShape{5, 3, 96, 160, 1}, t});
-  for (int t : {9, 300}) cases.push_back({"tp4_E32_k4_H2880_I736", MoeShape{32, 4, 2880, 736, 1}, t});
-  for (int t : {1, 9}) cases.push_back({"many_E300_k4_H64_I96", MoeShape{300, 4, 64, 96, 1}, t});
-  return cases;
-}
-
-INSTANTIATE_TEST_SUITE_P(Shapes, GpuBlockScaledLayer, ::testing::ValuesIn(block_scaled_cases()), layer_case_name);
-
-class GpuBlockScaledSkewed : public ::testing::TestWithParam<int> {};
-
-// Every token's first choice is expert 0 (T rows there, many token tiles of one expert), the rest
-// spread.
-TEST_P(GpuBlockScaledSkewed, AllTokensOnOneExpert) {
-  MXMOE_REQUIRE_GPU();
-  const int tokens = GetParam();
-  const MoeShape shape = model_shape("gpt-oss-20b");
-  const auto& layer = test_layer(shape, 17);
-  const std::vector<Bf16> x = make_activations(tokens, shape.hidden, 77);
-  std::vector<float> logits = random_logits(tokens, shape.num_experts, 78);
-  for (int t = 0; t < tokens; ++t) logits[static_cast<size_t>(t) * shape.num_experts] = 10.0f;
-  expect_every_plan_matches(layer, x, tokens, logits, "skewed T=" + std::to_string(tokens));
-}
-
-INSTANTIATE_TEST_SUITE_P(Tokens, GpuBlockScaledSkewed, ::testing::Values(1, 9, 100, 512));
-
 // Top-1 routing over 12 experts where tokens 0-2 go to experts 0-2 (one row each), the rest to
 // expert 5: every other expert has no row, three have one.
 TEST(GpuBlockScaledRouting, ExpertsWithNoRowOrOne) {
@@ -100,24 +60,6 @@ TEST(GpuBlockScaledRouting, ExpertsWithNoRowOrOne) {
     std::vector<float> logits(static_cast<size_t>(tokens) * shape.num_experts, 0.0f);
     for (int t = 0; t < tokens; ++t) logits[static_cast<size_t>(t) * shape.num_experts + (t < 3 ? t : 5)] = 5.0f;
     expect_every_plan_matches(layer, x, tokens, logits, "T=" + std::to_string(tokens));
-  }
-}
-
-TEST(GpuBlockScaledDeterminism, BitIdenticalRunAfterRun) {
-  MXMOE_REQUIRE_GPU();
-  for (const char* model : {"gpt-oss-20b", "gpt-oss-120b"}) {
-    const MoeShape shape = model_shape(model);
-    const auto& layer = test_layer(shape, 17);
-    const int tokens = 255;
-    const std::vector<Bf16> x = make_activations(tokens, shape.hidden, 9);
-    const std::vector<float> logits = random_logits(tokens, shape.num_experts, 10);
-    for (const auto& [name, plan] : plans_to_test(shape, kMxfp8)) {
-      const GpuResult a = run_gpu(*layer.runner, x, tokens, &logits, &*plan);
-      const GpuResult b = run_gpu(*layer.runner, x, tokens, &logits, &*plan);
-      ASSERT_TRUE(std::equal(a.out.begin(), a.out.end(), b.out.begin(),
-                             [](Bf16 p, Bf16 q) { return p.bits == q.bits; }))
-          << model << " " << name;
-    }
   }
 }
 
@@ -187,44 +129,6 @@ TEST(GpuBlockScaledStages, GatheredRowsAndFc1OutputAreTheReferencesMxfp8) {
     // ~1e-5 of the elements flip by one E4M3 step (6-12 %); a layout error moves them all.
     EXPECT_LT(relative_error(got_pairs, expected), 2e-3) << shape.describe();
     EXPECT_LT(differing, expected.size() / 1000 + 1) << shape.describe() << ": elements off the reference's";
-  }
-}
-
-// The engine form (the caller's top-k, with slots that go to no expert, so fewer sorted rows than
-// pairs) under every block-scaled plan.
-TEST(GpuBlockScaledEngineForm, GivenTopKMatchesTheMxfp8Reference) {
-  MXMOE_REQUIRE_GPU();
-  for (const MoeShape& shape : {model_shape("gpt-oss-20b"), MoeShape{5, 3, 96, 160, 1}}) {
-    const auto& layer = test_layer(shape, 17);
-    for (int tokens : {1, 9, 300}) {
-      SplitMix64 rng(4000 + tokens);
-      std::vector<int32_t> ids(static_cast<size_t>(tokens) * shape.top_k);
-      std::vector<float> weights(ids.size());
-      Routing routing{tokens, shape.top_k, {}, {}};
-      for (size_t p = 0; p < ids.size(); ++p) {
-        ids[p] = p % 7 == 3 ? -1 : static_cast<int32_t>(rng.below(shape.num_experts));
-        weights[p] = static_cast<float>(0.1 + rng.uniform());
-        routing.experts.push_back(ids[p]);
-        routing.weights.push_back(weights[p]);
-      }
-      const std::vector<Bf16> x = make_activations(tokens, shape.hidden, 4100 + tokens);
-      const ReferenceResult ref = reference_forward_routed(layer.weights, x, routing, {.activations = kMxfp8});
-      DeviceArray<Bf16> d_x(x);
-      DeviceArray<int32_t> d_ids(ids);
-      DeviceArray<float> d_weights(weights);
-      for (const auto& [name, plan] : plans_to_test(shape, kMxfp8)) {
-        DeviceArray<Bf16> out(static_cast<size_t>(tokens) * shape.hidden);
-        DeviceArray<unsigned char> workspace(layer.runner->workspace_size(tokens));
-        out.fill_bytes(0xFF);
-        workspace.fill_bytes(0xFF);
-        layer.runner->forward_experts(reinterpret_cast<const __nv_bfloat16*>(d_x.get()),
-                                      GivenTopK{d_ids.get(), false, d_weights.get()},
-                                      reinterpret_cast<__nv_bfloat16*>(out.get()), tokens, workspace.get(),
-                                      workspace.size(), nullptr, &*plan);
-        MXMOE_CUDA_OK(cudaDeviceSynchronize());
-        expect_close(out.to_host(), ref.out, shape.describe() + " T=" + std::to_string(tokens) + " " + name);
-      }
-    }
   }
 }
 
@@ -298,25 +202,39 @@ class ScopedEnvironment {
   std::string name_;
 };
 
+// A runner asking for MXFP8 activations with the first-use check forced, prepared for `tokens`:
+// what it wrote to stderr meanwhile, and its checks.
+struct CheckedRunner {
+  std::unique_ptr<MoeRunner> runner;
+  std::string warnings;
+  std::vector<BlockScaledCheckResult> checks;
+};
+CheckedRunner prepare_with_check(const MoeLayerWeights& weights, int tokens) {
+  CheckedRunner r;
+  r.runner = std::make_unique<MoeRunner>(
+      weights, RunnerOptions{.activations = kMxfp8, .block_scaled_check = BlockScaledCheck::kAlways});
+  testing::internal::CaptureStderr();
+  r.runner->prepare(tokens);
+  r.warnings = testing::internal::GetCapturedStderr();
+  r.checks = r.runner->block_scaled_checks();
+  return r;
+}
+
 // Forced on any device, the first-use check passes on the family as built: the runner keeps its
 // MXFP8 plans and reports the check.
 TEST(GpuBlockScaledCheck, ForcedItPassesAndTheFamilyStays) {
   MXMOE_REQUIRE_GPU();
   const MoeShape shape = model_shape("gpt-oss-20b");
   const auto& layer = test_layer(shape, 17);
-  const MoeRunner runner(layer.weights, {.activations = kMxfp8, .block_scaled_check = BlockScaledCheck::kAlways});
-  testing::internal::CaptureStderr();
-  runner.prepare(64);
-  const std::string warnings = testing::internal::GetCapturedStderr();
-  EXPECT_EQ(block_scaled_lines(warnings), 0) << warnings;
-  const auto checks = runner.block_scaled_checks();
-  ASSERT_FALSE(checks.empty());
-  for (const auto& c : checks) {
+  const CheckedRunner checked = prepare_with_check(layer.weights, 64);
+  EXPECT_EQ(block_scaled_lines(checked.warnings), 0) << checked.warnings;
+  ASSERT_FALSE(checked.checks.empty());
+  for (const auto& c : checked.checks) {
     EXPECT_TRUE(c.passed) << c.tactic << " " << c.rel_difference;
     EXPECT_LT(c.rel_difference, 1e-4) << c.tactic;
     EXPECT_EQ(c.tactic.rfind("bsmma.", 0), 0u) << c.tactic;
   }
-  EXPECT_EQ(runner.plan(64).activations, kMxfp8);
+  EXPECT_EQ(checked.runner->plan(64).activations, kMxfp8);
 }
 
 // A family built with a wrong scale placement (the twin reading rows g and g + 8's scales from one
@@ -328,13 +246,11 @@ TEST(GpuBlockScaledCheck, AWrongScalePlacementFailsAndTheLayerRunsInBf16) {
   const ScopedEnvironment fault(kBlockScaledFaultVariable, kBlockScaledFaultRowScaleLanes);
   const MoeShape shape = model_shape("gpt-oss-20b");
   const auto& layer = test_layer(shape, 17);
-  const MoeRunner runner(layer.weights, {.activations = kMxfp8, .block_scaled_check = BlockScaledCheck::kAlways});
-  testing::internal::CaptureStderr();
-  runner.prepare(64);
-  const std::string warnings = testing::internal::GetCapturedStderr();
-  const auto checks = runner.block_scaled_checks();
-  ASSERT_FALSE(checks.empty());
-  const BlockScaledCheckResult& failed = checks.back();
+  const CheckedRunner checked = prepare_with_check(layer.weights, 64);
+  const MoeRunner& runner = *checked.runner;
+  const std::string& warnings = checked.warnings;
+  ASSERT_FALSE(checked.checks.empty());
+  const BlockScaledCheckResult& failed = checked.checks.back();
   EXPECT_FALSE(failed.passed);
   EXPECT_GT(failed.rel_difference, 1e-2);
   EXPECT_EQ(block_scaled_lines(warnings), 1) << warnings;
