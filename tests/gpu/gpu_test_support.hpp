@@ -29,6 +29,13 @@
 
 #define MXMOE_CUDA_OK(call) ASSERT_EQ((call), cudaSuccess) << cudaGetErrorString(cudaGetLastError())
 
+namespace mxmoe {
+
+// How gtest prints an activation format in a test's parameter (found by argument-dependent lookup).
+inline void PrintTo(ActivationFormat format, std::ostream* os) { *os << activation_format_name(format); }
+
+}  // namespace mxmoe
+
 namespace mxmoe::test {
 
 template <typename T>

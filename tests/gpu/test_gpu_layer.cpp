@@ -131,8 +131,8 @@ INSTANTIATE_TEST_SUITE_P(Tokens, GpuSkewed,
                          ::testing::Combine(::testing::Values(1, 9, 100, 512),
                                             ::testing::Values(ActivationFormat::kBf16, ActivationFormat::kMxfp8)),
                          [](const ::testing::TestParamInfo<std::tuple<int, ActivationFormat>>& info) {
-                           return std::to_string(std::get<0>(info.param)) +
-                                  (std::get<1>(info.param) == ActivationFormat::kBf16 ? "" : "_mxfp8");
+                           return std::to_string(std::get<0>(info.param)) + "_" +
+                                  activation_format_name(std::get<1>(info.param));
                          });
 
 // Logits full of ties: a few values (+0 and -0 among them, which tie), NaN and -inf (which rank
