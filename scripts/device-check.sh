@@ -2,7 +2,7 @@
 # For a lent GPU machine: runs the steps named as arguments against a build made elsewhere
 # (./scripts/build.sh, then carry build/), writing full logs to $OUT and printing a short summary.
 #   tests       all GPU tests (the gpu-labelled ctest suite, run as one process so that the large
-#               synthetic layers are built once)
+#               synthetic layers are built once); GTEST_FILTER picks some (gtest reads it)
 #   sanitizer   compute-sanitizer memcheck over a fast subset of the GPU tests
 #   profile     per-kernel time and DRAM bytes of one decode forward (Nsight Compute, caches flushed,
 #               clocks as they are) at T = 1, 8, 64 on both models
@@ -33,6 +33,7 @@ while [ $# -gt 0 ]; do
       ;;
     sanitizer)
       filter='*odd_E5*:*GpuDequant*:*GpuLayerArguments*:*GpuEngineFormArguments*:*GpuEngineFormGraph*:*gpt_oss_20b_T1:*gpt_oss_20b_T9:*gpt_oss_120b_T5:*GpuLayerGraph*'
+      filter+=':GpuBlockScaled.*:GpuMxfp8Quantize.*:GpuBlockScaledStages.*:GpuBlockScaledRouting.*:GpuBlockScaledCheck.*'
       timeout "${MXMOE_TEST_LIMIT_S:-300}" compute-sanitizer --tool memcheck --error-exitcode 9 build/tests/mxmoe_gpu_tests --gtest_filter="$filter" \
         > "$out/sanitizer.log" 2>&1
       rc=$?; status=$((status | rc))

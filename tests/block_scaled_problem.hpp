@@ -32,7 +32,9 @@ struct BlockScaledProblem {
   }
 };
 
-// Weight scales 110-139 and tokens in [-13.7, 13.7]: every product finite.
+// Weight scales 110-139 and tokens in [-13.7, 13.7] times 2^-4 .. 2^4 per 32-K block (so that the
+// tokens' scales differ and a step that takes one token's scale for another's shows): every
+// product finite.
 inline BlockScaledProblem random_block_scaled_problem(uint64_t seed, int row_tiles) {
   BlockScaledProblem p{{1, 16 * row_tiles, 64}, {}, {}, {}, {}, {}};
   SplitMix64 rng(seed);
@@ -44,7 +46,10 @@ inline BlockScaledProblem random_block_scaled_problem(uint64_t seed, int row_til
   dequantize_mxfp4(blocks, scales, p.weights);
 
   std::vector<float> x(8 * 64);
-  for (auto& v : x) v = static_cast<float>(static_cast<int>(rng.next() % 2001) - 1000) * 0.0137f;
+  for (size_t block = 0; block < x.size() / 32; ++block) {
+    const float magnitude = std::ldexp(0.0137f, static_cast<int>(rng.next() % 9) - 4);
+    for (int i = 0; i < 32; ++i) x[block * 32 + i] = static_cast<float>(static_cast<int>(rng.next() % 2001) - 1000) * magnitude;
+  }
   std::vector<uint8_t> codes(x.size());
   p.token_scales.resize(8 * 2);
   quantize_mxfp8(x, codes, p.token_scales);

@@ -18,6 +18,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string>
+#include <string_view>
+
+#include "mxmoe/error.hpp"
 
 namespace mxmoe {
 
@@ -59,6 +63,15 @@ void round_to_mxfp8(std::span<float> values);
 // The activations' format in a layer's expert GEMMs: bf16, or MXFP8 (E4M3 elements, one E8M0 scale
 // per 32 along K) for FC1's input and for FC2's (the SwiGLU output).
 enum class ActivationFormat { kBf16, kMxfp8 };
+// "bf16", "mxfp8"; parse_activation_format throws Error naming the text for anything else.
+inline const char* activation_format_name(ActivationFormat format) {
+  return format == ActivationFormat::kMxfp8 ? "mxfp8" : "bf16";
+}
+inline ActivationFormat parse_activation_format(std::string_view name) {
+  if (name == "bf16") return ActivationFormat::kBf16;
+  if (name == "mxfp8") return ActivationFormat::kMxfp8;
+  throw Error("activation format '" + std::string(name) + "': expected bf16 or mxfp8");
+}
 
 // Hot-path helper for the reference: decode one packed MXFP4 block (16 bytes, one scale) into 32
 // floats.

@@ -9,8 +9,11 @@
 
 #include <cstddef>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "mxmoe/layer_weights.hpp"
+#include "mxmoe/mx_format.hpp"
 #include "mxmoe/tactic.hpp"
 
 namespace mxmoe {
@@ -46,10 +49,36 @@ struct GivenTopK {
   const float* weights;
 };
 
+// When a runner checks the block-scaled tile family (MXFP8 activations) on its device before its
+// first use there: the family's SM12x form is an instruction no GPU lent to mxmoe's tests has run,
+// so on a 12.x device a runner that prepares an MXFP8-activation plan first runs one FC2 tile of
+// each block-scaled tactic it will launch against the bf16 mma tile on the same values; if they
+// disagree it warns once (naming the device and the tactic) and its plans fall back to bf16
+// activations on that device. kAlways runs the check on any device (on the others the family's
+// twin), as a test of the check itself (docs/block-scaled.md).
+enum class BlockScaledCheck { kOnSm12x, kAlways };
+
+struct RunnerOptions {
+  // The activations of the runner's own plans (plan(), prepare(), forward() without a plan): bf16,
+  // or MXFP8 (the block-scaled tiles), which costs accuracy (~5e-2 by norm at the gpt-oss shapes,
+  // docs/block-scaled.md) and is never chosen otherwise.
+  ActivationFormat activations = ActivationFormat::kBf16;
+  BlockScaledCheck block_scaled_check = BlockScaledCheck::kOnSm12x;
+};
+
+// One block-scaled tactic's first-use check on a device.
+struct BlockScaledCheckResult {
+  std::string device;     // "NVIDIA GeForce RTX 5090 (sm_120a)"
+  std::string tactic;     // the block-scaled tactic
+  std::string reference;  // the bf16 tactic it was compared with
+  double rel_difference;  // of their FC2 outputs on one tile, by norm
+  bool passed;            // rel_difference within the bound and every output finite
+};
+
 class MoeRunner {
  public:
   // Throws Error when the weights are inconsistent or the device is out of memory.
-  explicit MoeRunner(const MoeLayerWeights& weights);
+  explicit MoeRunner(const MoeLayerWeights& weights, const RunnerOptions& options = {});
   ~MoeRunner();
   MoeRunner(MoeRunner&&) noexcept;
   MoeRunner& operator=(MoeRunner&&) noexcept;
@@ -62,14 +91,21 @@ class MoeRunner {
   size_t workspace_size(int max_tokens) const;
 
   // The tactics forward() uses for `num_tokens` tokens when not given a plan: the tuned table's
-  // (mxmoe tune) if this device has one for the shape, else the heuristic's. Host-only, no sync.
+  // (mxmoe tune) if this device has one for the shape and the options' activations, else the
+  // heuristic's; bf16 activations where MXFP8 ones were asked for and the block-scaled family
+  // failed its check on this device. Host-only, no sync.
   LayerPlan plan(int num_tokens) const;
   LayerPlan heuristic_plan(int num_tokens) const;
-  bool tuned() const;  // a tuned table was found for this device and shape
+  bool tuned() const;  // a tuned table was found for this device, shape and activations
+  ActivationFormat activations() const;  // the options' (plan(T).activations says what runs)
+  // The block-scaled checks this process ran on the runner's device (each tactic once per device
+  // and build of the family's kernels).
+  std::vector<BlockScaledCheckResult> block_scaled_checks() const;
 
   // Decides, for every token count up to `max_tokens`, what forward() launches (the plan's kernels,
   // loaded now and compiled first if the ahead-of-time set lacks them, their grids and shared
-  // memory, whether the batch routes itself), so that a forward of up to `max_tokens` tokens only
+  // memory, whether the batch routes itself; the first-use check of block-scaled tactics, where it
+  // applies, runs here and synchronises the device), so that a forward of up to `max_tokens` tokens only
   // looks its launches up and launches, and no graph capture waits on a compiler or a module load.
   // A forward of more tokens than prepared, or with a plan other than the prepared one, makes its
   // launches first, on the host, before any launch.

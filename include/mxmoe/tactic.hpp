@@ -7,6 +7,8 @@
 #include <string_view>
 #include <vector>
 
+#include "mxmoe/mx_format.hpp"
+
 namespace mxmoe {
 
 enum class Stage { kFc1, kFc2 };
@@ -14,7 +16,7 @@ enum class Stage { kFc1, kFc2 };
 // Each field means one thing in every family that has it; a family's names spell only its own
 // fields, and the others keep the defaults below.
 struct Tactic {
-  std::string family;      // the family's name prefix: "gemv", "sk", "ring", "fused", "mma", "wgmma"
+  std::string family;      // the family's name prefix: "gemv", "sk", "ring", "fused", "mma", "wgmma", "bsmma"
   int tile_rows = 0;       // weight rows per CTA tile: whole 16-row records
   int tile_tokens = 0;     // sorted token rows per tile (per pass of the GEMV-style families)
   int warps_rows = 1;      // warps along the weight rows
@@ -37,9 +39,16 @@ struct Tactic {
 // Parses name(); throws Error naming the malformed part.
 Tactic parse_tactic(std::string_view name);
 
+// The activations `t`'s family takes (bf16 for every family but the block-scaled "bsmma").
+ActivationFormat activations_of(const Tactic& t);
+
 struct LayerPlan {
   Tactic fc1;
   Tactic fc2;
+  // FC1's and FC2's input: bf16, or MXFP8 (E4M3 with an E8M0 scale per 32 along K), which costs
+  // accuracy (~5e-2 by norm at the gpt-oss shapes, docs/block-scaled.md) and so is the caller's
+  // choice (RunnerOptions::activations). Both tactics' families must take it (validate_plan).
+  ActivationFormat activations = ActivationFormat::kBf16;
   // A whole-layer tactic's one launch runs FC1, FC2 and the un-permute: it is both stages'
   // tactic, with k_split 1 (validate_plan).
   bool whole_layer() const;

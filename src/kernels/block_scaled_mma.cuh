@@ -4,9 +4,12 @@
 //   BlockScaledMmaSm120 (sm_120a / sm_121a): mma.sync ... kind::mxf8f6f4.block_scale, the tensor
 //     cores apply the scales;
 //   BlockScaledMmaTwin (sm_89+, so the Hopper parts): mma.sync m16n8k32 e4m3 x e4m3 into zeros,
-//     then both scales applied to the partial sums in software.
+//     then each partial sum times the scales that the block-scaled instruction would select, taken
+//     from the same scale registers by shuffles from the lanes the ISA names.
 // The weights go in as E4M3 bytes in both (E2M1 is exact in E4M3, and kind::mxf8f6f4 runs E4M3 at
-// the rate of its narrower types), so that only the multiply differs.
+// the rate of its narrower types), so that only the multiply differs: a tile kernel takes the form
+// as its `Step` template parameter (BlockScaledStep below picks the arch's), and everything else it
+// does, its registers included, is the same code on both.
 //
 // Fragments (PTX ISA, "Matrix Fragments for mma.m16n8k32" with 8-bit types): lane l, g = l / 4,
 // t = l % 4, MMA positions p (the K index the instruction sees) 0-31:
@@ -19,9 +22,12 @@
 // gives a lane its B registers as the two aligned words at bytes 4 t and 16 + 4 t.
 // Scales (.scale_vec::1X: one per row of A and one per token of B; the selector {byte-id,
 // thread-id} is an immediate): row m's is byte byte-id of lane 4 (m % 8) + m / 8 + 2 thread-id,
-// token n's byte byte-id of lane 4 n + thread-id. That placement is taken from the ISA's block
-// scaling section and third-party probes on SM12x; it has not run on such a GPU here
-// (GpuBlockScaled.InnerStepIsTheDenseProduct takes this form on a 12.x device).
+// token n's byte byte-id of lane 4 n + thread-id. Both forms use thread-id 0 and byte-id 2 b for
+// scale block b of a 64-K record: scale A is the record's scale word moved down a byte in the lanes
+// with t = 1 (scale_a_register), scale B a token's word [s(b0), -, s(b1), -] in every lane of its
+// quad (mxfp8_quantize.cuh stores it so). That placement is taken from the ISA's block scaling
+// section and third-party probes on SM12x; it has not run on such a GPU here, so a runner checks
+// the SM12x form against the bf16 tiles on first use (runner/block_scaled_check.hpp).
 #pragma once
 
 #include "kernels/mxfp4_fragment.cuh"
@@ -97,23 +103,48 @@ MXMOE_HOST_DEVICE float e8m0_to_float(unsigned code) {
 #endif
 }
 
+// Where the twin reads a scale for its accumulators: row g + 8 u's (u = 0, 1) from lane
+// scale_a_lane(g + 8 u, 0), token 2 t + u's from lane scale_b_lane(2 t + u, 0), as the
+// block-scaled instruction does. kRowsOfOneLane is a deliberately wrong placement (both rows from
+// row g's lane), for the tests of the first-use self-check: a build whose scale placement is wrong
+// must fail it.
+enum class TwinScaleLanes { kIsa, kRowsOfOneLane };
+MXMOE_HOST_DEVICE int twin_row_scale_lane(int lane, int upper, TwinScaleLanes lanes) {
+  const int row = lane / 4 + (lanes == TwinScaleLanes::kIsa ? 8 * upper : 0);
+  return scale_a_lane(row, 0);
+}
+MXMOE_HOST_DEVICE int twin_token_scale_lane(int lane, int token) { return scale_b_lane(2 * (lane % 4) + token, 0); }
+
 }  // namespace mxmoe::kernels
 
 #if defined(__CUDACC__)
+// Whether the target has the block-scaled mma.sync: sm_120a / sm_121a (and their family targets).
+// The family-specific macro decides: NVRTC 13.0 leaves __CUDA_ARCH_FEAT_SM121_ALL undefined for
+// sm_121a, where nvcc defines it (python/tests/test_sass.py reads the SASS of both compilers).
+#if defined(__CUDA_ARCH_FAMILY_SPECIFIC__) && (__CUDA_ARCH_FAMILY_SPECIFIC__ == 1200 || __CUDA_ARCH_FAMILY_SPECIFIC__ == 1210)
+#define MXMOE_HAS_BLOCK_SCALED_MMA 1
+#endif
+
 namespace mxmoe::kernels {
 
-// d += (scale_A A) (scale_B B) for one scale block: `a` E4M3 weights, `b` E4M3 tokens; the scales'
-// block is byte kByte of scale_a (scale_a_register) and of scale_b (token n's code in lane 4 n).
-template <int kByte>
+// Both forms: row_scales(scale_a) once per record and token_scales(scale_b) once per 8-token tile
+// (the scale registers as described above, both blocks), then mma<block>(d, a, b, rows, tokens):
+// d += (scale_A A) (scale_B B) for one scale block, `a` E4M3 weights, `b` E4M3 tokens.
 struct BlockScaledMmaSm120 {
-  static __device__ __forceinline__ void run(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2],
-                                             unsigned scale_a, unsigned scale_b) {
-#if defined(__CUDA_ARCH_FEAT_SM120_ALL) || defined(__CUDA_ARCH_FEAT_SM121_ALL)
+  using RowScales = unsigned;
+  using TokenScales = unsigned;
+  static __device__ __forceinline__ RowScales row_scales(unsigned scale_a) { return scale_a; }
+  static __device__ __forceinline__ TokenScales token_scales(unsigned scale_b) { return scale_b; }
+
+  template <int kBlock>
+  static __device__ __forceinline__ void mma(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2],
+                                             RowScales scale_a, TokenScales scale_b) {
+#if defined(MXMOE_HAS_BLOCK_SCALED_MMA)
     asm("mma.sync.aligned.kind::mxf8f6f4.block_scale.scale_vec::1X.m16n8k32.row.col.f32.e4m3.e4m3.f32.ue8m0 "
         "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3}, %10, {%12, %13}, %11, {%12, %13};\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "r"(scale_a), "r"(scale_b),
-          "n"(kByte), "n"(0));
+          "n"(2 * kBlock), "n"(0));
 #else
     __trap();  // block-scaled mma.sync exists on sm_120a / sm_121a only
 #endif
@@ -121,13 +152,42 @@ struct BlockScaledMmaSm120 {
 };
 
 // The same with the plain E4M3 MMA: the block's partial sums, then times 2^(sa - 127) 2^(sb - 127)
-// for each accumulator's row and token. Here the scales are the lane's own: scale_a the record's
-// scale word as it is (rows g, g + 8: bytes kByte, kByte + 1), scale_b the codes of tokens 2 t and
-// 2 t + 1 in bytes 0 and 1.
-template <int kByte>
+// with sa, sb the codes the instruction above would select for each accumulator's row and token
+// (twin_row_scale_lane, twin_token_scale_lane). Cost per record and per token tile: 2 shuffles and
+// 4 code conversions; per MMA, 4 multiplies and 4 fused multiply-adds.
+template <TwinScaleLanes kLanes = TwinScaleLanes::kIsa>
 struct BlockScaledMmaTwin {
-  static __device__ __forceinline__ void run(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2],
-                                             unsigned scale_a, unsigned scale_b) {
+  struct RowScales {
+    float scale[2][2];  // [block][row g, row g + 8]
+  };
+  struct TokenScales {
+    float scale[2][2];  // [block][token 2 t, token 2 t + 1]
+  };
+  // Byte 2 b of the words from the two lanes, as floats. Call with the whole warp.
+  static __device__ __forceinline__ void gather(float (&scale)[2][2], unsigned word, int lane0, int lane1) {
+    const unsigned from[2] = {__shfl_sync(0xFFFFFFFFu, word, lane0), __shfl_sync(0xFFFFFFFFu, word, lane1)};
+#pragma unroll
+    for (int b = 0; b < 2; ++b) {
+#pragma unroll
+      for (int u = 0; u < 2; ++u) scale[b][u] = e8m0_to_float((from[u] >> (16 * b)) & 0xFFu);
+    }
+  }
+  static __device__ __forceinline__ RowScales row_scales(unsigned scale_a) {
+    const int lane = threadIdx.x % 32;
+    RowScales r;
+    gather(r.scale, scale_a, twin_row_scale_lane(lane, 0, kLanes), twin_row_scale_lane(lane, 1, kLanes));
+    return r;
+  }
+  static __device__ __forceinline__ TokenScales token_scales(unsigned scale_b) {
+    const int lane = threadIdx.x % 32;
+    TokenScales t;
+    gather(t.scale, scale_b, twin_token_scale_lane(lane, 0), twin_token_scale_lane(lane, 1));
+    return t;
+  }
+
+  template <int kBlock>
+  static __device__ __forceinline__ void mma(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2],
+                                             const RowScales& rows, const TokenScales& tokens) {
     float partial[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     asm("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
         "{%0, %1, %2, %3};\n"
@@ -135,12 +195,17 @@ struct BlockScaledMmaTwin {
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      const float row_scale = e8m0_to_float((scale_a >> (8 * (kByte + i / 2))) & 0xFFu);
-      const float token_scale = e8m0_to_float((scale_b >> (8 * (i % 2))) & 0xFFu);
-      d[i] = fmaf(partial[i], row_scale * token_scale, d[i]);
+      d[i] = fmaf(partial[i], rows.scale[kBlock][i / 2] * tokens.scale[kBlock][i % 2], d[i]);
     }
   }
 };
+
+// The arch's form: the tensor cores' block scaling where it exists.
+#if defined(MXMOE_HAS_BLOCK_SCALED_MMA)
+using BlockScaledStep = BlockScaledMmaSm120;
+#else
+using BlockScaledStep = BlockScaledMmaTwin<TwinScaleLanes::kIsa>;
+#endif
 
 }  // namespace mxmoe::kernels
 #endif

@@ -317,5 +317,64 @@ __device__ __forceinline__ void multiply_record(float (&acc)[kTokens / 8][4], ui
   }
 }
 
+// The tiled families' pipeline pieces (expert_mma_tile.cuh, expert_block_scaled_tile.cuh).
+
+// Stores a warp's accumulator tiles: kWarpRecords records from row tile `first_row_tile` by
+// kWarpTiles 8-token tiles from the tile's token `first_token` (of `tokens`, from sorted row
+// `first_row`), skipping row tiles from `row_tiles` on.
+template <int kWarpRecords, int kWarpTiles>
+__device__ __forceinline__ void store_warp_tiles(const ExpertGemmArgs& args,
+                                                 const float (&acc)[kWarpRecords][kWarpTiles][4], int expert,
+                                                 int first_row_tile, int row_tiles, int first_row, int first_token,
+                                                 int tokens, int split, bool fc1) {
+#pragma unroll
+  for (int r = 0; r < kWarpRecords; ++r) {
+    const int row_tile = first_row_tile + r;
+    if (row_tile >= row_tiles) continue;
+#pragma unroll
+    for (int t = 0; t < kWarpTiles; ++t) {
+      const int token0 = first_token + 8 * t;
+      store_accumulators(args, acc[r][t], expert, row_tile, first_row + token0, tokens - token0, split, fc1);
+    }
+  }
+}
+
+// Copies records [first_row_tile, + kRecords) of K tile `kt` of `expert_records` into `stage`
+// (cp.async), zeros for row tiles from `row_tiles` on; the whole CTA takes part.
+template <int kRecords, int kThreads>
+__device__ __forceinline__ void copy_records_async(unsigned char* stage, const ExpertGemmArgs& args,
+                                                   const unsigned char* expert_records, int first_row_tile,
+                                                   int row_tiles, int kt) {
+  constexpr int kRecordChunks = kRecordBytes / 16;
+  for (int c = threadIdx.x; c < kRecords * kRecordChunks; c += kThreads) {
+    const int record = c / kRecordChunks, chunk = c % kRecordChunks;
+    const bool valid = first_row_tile + record < row_tiles;
+    const unsigned char* src =
+        expert_records + ((static_cast<long long>(first_row_tile + record) * args.k_tiles + kt) * kRecordBytes + 16 * chunk);
+    cp_async_16(stage + record * kRecordBytes + 16 * chunk, valid ? src : args.records, valid);
+  }
+}
+
+// A kStages-deep cp.async pipeline over `slices` K slices: load(s) issues slice s's copies into
+// its stage (s % kStages), compute(s) reads them. Before each compute one barrier says that the
+// slice is in and that every warp is done with the stage the next load overwrites. Returns with
+// every copy complete (a caller reusing the stages synchronises first).
+template <int kStages, typename Load, typename Compute>
+__device__ __forceinline__ void cp_async_pipeline(int slices, Load&& load, Compute&& compute) {
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) {
+    if (s < slices) load(s);
+    cp_async_commit();
+  }
+  for (int slice = 0; slice < slices; ++slice) {
+    cp_async_wait<kStages - 2>();
+    __syncthreads();
+    if (slice + kStages - 1 < slices) load(slice + kStages - 1);
+    cp_async_commit();
+    compute(slice);
+  }
+  cp_async_wait<0>();
+}
+
 }  // namespace mxmoe::kernels
 #endif

@@ -83,14 +83,7 @@ __global__ void __launch_bounds__(kWarpsRows * kWarpsTokens * 32)
   auto load_slice = [&](int slice) {
     unsigned char* stage = smem + (slice % kStages) * Smem::kStageBytes;
     const int kt = kt_begin + slice;
-    constexpr int kRecordChunks = kRecordBytes / 16;
-    for (int c = threadIdx.x; c < Smem::kRecords * kRecordChunks; c += kThreads) {
-      const int record = c / kRecordChunks, chunk = c % kRecordChunks;
-      const bool valid = first_row_tile + record < row_tiles;
-      const unsigned char* src =
-          expert_records + ((static_cast<long long>(first_row_tile + record) * args.k_tiles + kt) * kRecordBytes + 16 * chunk);
-      cp_async_16(stage + record * kRecordBytes + 16 * chunk, valid ? src : args.records, valid);
-    }
+    copy_records_async<Smem::kRecords, kThreads>(stage, args, expert_records, first_row_tile, row_tiles, kt);
     auto* activations = reinterpret_cast<unsigned short*>(stage + Smem::kWeightBytes);
     for (int c = threadIdx.x; c < kTileTokens * 8; c += kThreads) {
       const int r = c / 8, k = kt * kRecordK + 8 * (c % 8);
@@ -102,18 +95,7 @@ __global__ void __launch_bounds__(kWarpsRows * kWarpsTokens * 32)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int warp_row = warp / kWarpsTokens, warp_token = warp % kWarpsTokens;
   float acc[kWarpRecords][kWarpTiles][4] = {};
-
-#pragma unroll
-  for (int s = 0; s < kStages - 1; ++s) {
-    if (s < k_slices) load_slice(s);
-    cp_async_commit();
-  }
-  for (int slice = 0; slice < k_slices; ++slice) {
-    cp_async_wait<kStages - 2>();
-    __syncthreads();  // slice is in; everyone is done with the stage the next load overwrites
-    if (slice + kStages - 1 < k_slices) load_slice(slice + kStages - 1);
-    cp_async_commit();
-
+  cp_async_pipeline<kStages>(k_slices, load_slice, [&](int slice) {
     const unsigned char* stage = smem + (slice % kStages) * Smem::kStageBytes;
     const auto* activations = reinterpret_cast<const unsigned short*>(stage + Smem::kWeightBytes);
     unsigned a[kWarpRecords][4][4];
@@ -132,19 +114,10 @@ __global__ void __launch_bounds__(kWarpsRows * kWarpsTokens * 32)
 #pragma unroll
       for (int r = 0; r < kWarpRecords; ++r) mma_record(acc[r][t], a[r], b);
     }
-  }
-  cp_async_wait<0>();
+  });
 
-#pragma unroll
-  for (int r = 0; r < kWarpRecords; ++r) {
-    const int row_tile = first_row_tile + warp_row * kWarpRecords + r;
-    if (row_tile >= row_tiles) continue;
-#pragma unroll
-    for (int t = 0; t < kWarpTiles; ++t) {
-      const int token0 = (warp_token * kWarpTiles + t) * 8;
-      store_accumulators(args, acc[r][t], expert, row_tile, first_row + token0, tokens - token0, split, kFc1);
-    }
-  }
+  store_warp_tiles(args, acc, expert, first_row_tile + warp_row * kWarpRecords, row_tiles, first_row,
+                   warp_token * kWarpTiles * 8, tokens, split, kFc1);
 }
 
 }  // namespace mxmoe::kernels

@@ -3,34 +3,20 @@
 // staged through a cp.async pipeline; for tens of rows per expert and up (prefill).
 #include "kernels/expert_mma_tile.cuh"
 #include "kernels/kernel_family.hpp"
+#include "kernels/tiled_family.hpp"
 
 namespace mxmoe {
 namespace {
 
-// Per thread: fp32 accumulators and dequantised weight fragments (bf16x2), each at most 64
-// registers, so that a CTA of 8 warps keeps two CTAs' worth of registers per SM free of spills.
-constexpr int kMaxAccumulators = 64;
-constexpr int kMaxFragmentRegisters = 64;
-
 Tactic mma(int tile_rows, int tile_tokens, int warps_rows, int warps_tokens, int stages) {
-  return {.family = "mma",
-          .tile_rows = tile_rows,
-          .tile_tokens = tile_tokens,
-          .warps_rows = warps_rows,
-          .warps_tokens = warps_tokens,
-          .smem_stages = stages};
+  return tiled_tactic("mma", tile_rows, tile_tokens, warps_rows, warps_tokens, stages);
 }
 
 class MmaTileFamily final : public KernelFamily {
  public:
   std::string_view prefix() const override { return "mma"; }
 
-  std::span<const NameField> name_fields() const override {
-    static constexpr NameField kFields[] = {{".r", &Tactic::tile_rows},   {"x", &Tactic::tile_tokens},
-                                            {".w", &Tactic::warps_rows},  {"x", &Tactic::warps_tokens},
-                                            {".s", &Tactic::smem_stages}, {".k", &Tactic::k_split}};
-    return kFields;
-  }
+  std::span<const NameField> name_fields() const override { return kTiledNameFields; }
 
   std::span<const TacticCandidate> candidates() const override {
     static const TacticCandidate kCandidates[] = {
@@ -67,30 +53,14 @@ class MmaTileFamily final : public KernelFamily {
     return {"kernels/expert_mma_tile.cuh", kernel(true), kernel(false)};
   }
 
-  // x = token-tile slots (an upper bound: pairs / tile_tokens + min(E, pairs); a CTA past the last
-  // tile exits), y = row tiles of tile_rows, z = K splits.
   LaunchGeometry geometry(const Tactic& t, const StageShape& shape, int num_tokens, bool, const void*) const override {
-    const int pairs = num_tokens * shape.layer.top_k;
-    const dim3 grid(static_cast<unsigned>(pairs / t.tile_tokens + std::min(shape.layer.num_experts, pairs)),
-                    static_cast<unsigned>((shape.rows() + t.tile_rows - 1) / t.tile_rows),
-                    static_cast<unsigned>(t.k_split));
-    return {grid, 32 * t.warps(), smem_bytes(t, shape, t.tile_tokens, false), std::min(t.tile_tokens, num_tokens)};
+    return tiled_geometry(t, shape, num_tokens, smem_bytes(t, shape, t.tile_tokens, false));
   }
 
  protected:
+  // The tiled rules, with 16 bf16x2 registers of dequantised fragments per record.
   std::string why_invalid_on(const Tactic& t, const Arch& arch) const override {
-    if (std::string why = why_invalid_warps(t); !why.empty()) return why;
-    if (t.tile_rows % (16 * t.warps_rows) != 0) return "tile rows must split into whole 16-row records per warp";
-    if (t.tile_tokens % (8 * t.warps_tokens) != 0)
-      return "tile tokens must split into whole 8-token MMA tiles per warp";
-    const int records = t.tile_rows / t.warps_rows / 16, token_tiles = t.tile_tokens / t.warps_tokens / 8;
-    if (records * token_tiles * 4 > kMaxAccumulators) {
-      return std::to_string(records * token_tiles * 4) + " accumulators per thread (budget " +
-             std::to_string(kMaxAccumulators) + ")";
-    }
-    if (records * 16 > kMaxFragmentRegisters) return "too many dequantised fragment registers per thread";
-    if (t.smem_stages < 2) return "a cp.async pipeline needs 2 stages";
-    return why_over_shared_memory(smem_limit(t, arch), arch);
+    return why_invalid_tile(t, arch, {16, "", 16, "dequantised fragment"}, smem_limit(t, arch));
   }
 };
 

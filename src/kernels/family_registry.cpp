@@ -6,12 +6,12 @@ namespace mxmoe {
 
 // The accessors the families' units (src/kernels/<kernel>_family.cpp) define, then the list.
 const KernelFamily &gemv_ring_family(), &gemv_family(), &fused_layer_family(), &gemv_streamk_family(),
-    &mma_tile_family(), &wgmma_family();
+    &mma_tile_family(), &wgmma_family(), &block_scaled_tile_family();
 
 std::span<const KernelFamily* const> kernel_families() {
   static const KernelFamily* const families[] = {&gemv_ring_family(), &gemv_family(), &fused_layer_family(),
                                                  &gemv_streamk_family(), &mma_tile_family(),
-                                                 &wgmma_family()};
+                                                 &wgmma_family(), &block_scaled_tile_family()};
   return families;
 }
 

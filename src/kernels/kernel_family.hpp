@@ -17,6 +17,7 @@
 #include "device/arch.hpp"
 #include "kernels/expert_gemm_args.hpp"
 #include "mxmoe/moe_shape.hpp"
+#include "mxmoe/mx_format.hpp"
 #include "mxmoe/tactic.hpp"
 
 namespace mxmoe {
@@ -113,6 +114,10 @@ class KernelFamily {
   // Whether its kernels may route a batch of at most kSmallBatchPairs pairs themselves, from the
   // router logits (expert_gemm.cuh, route_small_batch_in_cta), with no routing launch before them.
   virtual bool routes_small_batches() const { return false; }
+
+  // The activations its kernels take (FC1's input and FC2's): a plan's activations must be both
+  // stages' families' (validate_plan).
+  virtual ActivationFormat activations() const { return ActivationFormat::kBf16; }
 
   // Whether its FC1 reads x gathered into sorted-row order (a gather launch after the routing
   // writes it), so that a token tile's rows are one block of the input.

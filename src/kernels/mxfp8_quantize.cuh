@@ -1,12 +1,22 @@
-// bf16 activations to MXFP8 on the GPU, by the OCP MX rules the CPU code follows
+// Activations to MXFP8 on the GPU, by the OCP MX rules the CPU code follows
 // (include/mxmoe/mx_format.hpp, quantize_mxfp8): per 32 along K, scale = 2^(floor(log2(amax)) - 8)
 // with its E8M0 code clamped to [0, 254], elements rounded to nearest even and saturated to
 // +-448; a block holding a NaN or an infinity gets scale 255 and zero elements. The elements come
 // out in the MMA order of block_scaled_mma.cuh (position p of a block holds k = mma_order_k(p)).
 //
-// A quad of lanes holds one 32-K block, lane q the 8 bf16 at k = 8 q .. 8 q + 7. Budget per lane:
-// 2 shuffles for the block's max, 4 two-element conversions (cvt.rn.satfinite.e4m3x2, sm_89+),
-// 1 shuffle to trade half-words with its pair, ~30 integer and float operations.
+// A quad of lanes holds one 32-K block, lane q the 8 values at k = 8 q .. 8 q + 7 (bf16 from the
+// layer's input, fp32 from FC1's SwiGLU). Budget per lane: 2 shuffles for the block's max, 4
+// two-element conversions (cvt.rn.satfinite.e4m3x2, sm_89+), 1 shuffle to trade half-words with
+// its pair, ~30 integer and float operations.
+//
+// MXFP8 rows, the block-scaled tiles' input (expert_block_scaled_tile.cuh): `rows` rows of K (a
+// multiple of 32) in k_tiles = ceil(K / 64) slices of 64, as
+//   codes  [rows][k_tiles][64 bytes]: each slice in lane order, the 16 bytes at 16 t holding what
+//          lane t of a quad hands the MMA: block 0's words t and t + 4, then block 1's (its two B
+//          registers per block, one 16-byte load);
+//   scales [k_tiles][rows] words, slice-major (a token tile's words of one slice are adjacent):
+//          [s(b0), 0, s(b1), 0], the token's scale-B register of block_scaled_mma.cuh as it is.
+// A slice's second block past K holds zero codes and scale code 0, so the MMA adds exact zeros.
 #pragma once
 
 #include "kernels/block_scaled_mma.cuh"
@@ -14,6 +24,17 @@
 namespace mxmoe::kernels {
 
 constexpr int kE4m3ElementEmax = 8;  // E4M3's largest exponent (448 = 1.75 x 2^8)
+constexpr int kMxfp8SliceBytes = 64;  // one row's 64 K of codes
+
+// Where word `word` (0-7: bytes 4 word .. of the block in MMA order) of block `block` (0, 1) of a
+// slice lies within the slice's 64 bytes.
+MXMOE_HOST_DEVICE int mxfp8_slice_word_byte(int block, int word) { return 16 * (word % 4) + 4 * (2 * block + word / 4); }
+
+// Bytes of MXFP8 rows: codes, then the scale words.
+MXMOE_HOST_DEVICE constexpr long long mxfp8_codes_bytes(long long rows, int k_tiles) { return rows * k_tiles * kMxfp8SliceBytes; }
+MXMOE_HOST_DEVICE constexpr long long mxfp8_rows_bytes(long long rows, int k) {
+  return mxfp8_codes_bytes(rows, (k + 63) / 64) + rows * ((k + 63) / 64) * 4;
+}
 
 }  // namespace mxmoe::kernels
 
@@ -22,6 +43,25 @@ constexpr int kE4m3ElementEmax = 8;  // E4M3's largest exponent (448 = 1.75 x 2^
 
 namespace mxmoe::kernels {
 
+// MXFP8 rows at `base` with room for `rows` rows: the codes and the scale words.
+struct Mxfp8Rows {
+  unsigned char* codes;
+  unsigned* scales;
+  long long rows;
+  int k_tiles;
+
+  __device__ __forceinline__ Mxfp8Rows(void* base, long long rows_capacity, int k_tiles_per_row)
+      : codes(static_cast<unsigned char*>(base)),
+        scales(reinterpret_cast<unsigned*>(static_cast<unsigned char*>(base) +
+                                           mxfp8_codes_bytes(rows_capacity, k_tiles_per_row))),
+        rows(rows_capacity),
+        k_tiles(k_tiles_per_row) {}
+  __device__ __forceinline__ unsigned char* slice(long long row, int kt) const {
+    return codes + (row * k_tiles + kt) * kMxfp8SliceBytes;
+  }
+  __device__ __forceinline__ unsigned* scale(long long row, int kt) const { return scales + kt * rows + row; }
+};
+
 // Two floats as E4M3 bytes, `low` in byte 0 (round to nearest even, saturating).
 __device__ __forceinline__ unsigned e4m3x2(float low, float high) {
   unsigned short bits;
@@ -29,25 +69,22 @@ __device__ __forceinline__ unsigned e4m3x2(float low, float high) {
   return bits;
 }
 
-// The lane's share of its quad's block (`values`: its 8 bf16, k = 8 q ..): the block's E8M0 code,
-// and the two words of the block's 8 (in MMA order) that lane q stores, words 4 (q / 2) + 2 (q % 2)
+// The lane's share of its quad's block (`values`: its 8, k = 8 q ..): the block's E8M0 code, and
+// the two words of the block's 8 (in MMA order) that lane q stores, words 4 (q / 2) + 2 (q % 2)
 // and the next. Call with the whole warp.
 struct Mxfp8Share {
   unsigned scale_code;
   unsigned words[2];
 };
-__device__ __forceinline__ Mxfp8Share quantize_mxfp8_share(uint4 values) {
+__device__ __forceinline__ Mxfp8Share quantize_mxfp8_share(const float (&values)[8]) {
   const int q = threadIdx.x % 4;
-  const unsigned pairs[4] = {values.x, values.y, values.z, values.w};  // bf16 (2 j + 1):(2 j)
-  unsigned amax_bits = 0, special = 0;  // |v| as bf16 bits orders as |v| does; exponent 255: inf or NaN
+  // |v| as float bits orders as |v| does; exponent 255: inf or NaN.
+  unsigned amax_bits = 0, special = 0;
 #pragma unroll
-  for (int j = 0; j < 4; ++j) {
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const unsigned magnitude = (pairs[j] >> (16 * half)) & 0x7FFFu;
-      amax_bits = max(amax_bits, magnitude);
-      special |= (magnitude & 0x7F80u) == 0x7F80u;
-    }
+  for (int j = 0; j < 8; ++j) {
+    const unsigned magnitude = __float_as_uint(values[j]) & 0x7FFFFFFFu;
+    amax_bits = max(amax_bits, magnitude);
+    special |= (magnitude & 0x7F800000u) == 0x7F800000u;
   }
 #pragma unroll
   for (int offset = 1; offset <= 2; offset *= 2) {
@@ -55,7 +92,7 @@ __device__ __forceinline__ Mxfp8Share quantize_mxfp8_share(uint4 values) {
     special |= __shfl_xor_sync(0xFFFFFFFFu, special, offset);
   }
   Mxfp8Share share;
-  const int exponent = static_cast<int>(amax_bits >> 7);  // the float's biased exponent; 0: zero or subnormal
+  const int exponent = static_cast<int>(amax_bits >> 23);  // the float's biased exponent; 0: zero or subnormal
   share.scale_code = special ? 255u : static_cast<unsigned>(max(exponent - kE4m3ElementEmax, 0));
   // v / 2^(scale - 127), a power of two from 2^-119 to 2^127, exact but for results below the
   // float normals (rounded as the CPU's ldexp rounds them, and far below E4M3's smallest element).
@@ -63,9 +100,7 @@ __device__ __forceinline__ Mxfp8Share quantize_mxfp8_share(uint4 values) {
   unsigned halves[4];  // codes of elements (2 t, 2 t + 1)
 #pragma unroll
   for (int t = 0; t < 4; ++t) {
-    const float low = special ? 0.0f : bf16_bits_to_float(pairs[t] & 0xFFFFu) * factor;
-    const float high = special ? 0.0f : bf16_bits_to_float(pairs[t] >> 16) * factor;
-    halves[t] = e4m3x2(low, high);
+    halves[t] = e4m3x2(special ? 0.0f : values[2 * t] * factor, special ? 0.0f : values[2 * t + 1] * factor);
   }
   // Block word 4 u + t = [halves t of lane 2 u | halves t of lane 2 u + 1] (mma_order_k): the even
   // lane of a pair keeps words t = 0, 1, the odd one t = 2, 3, each trading the other two halves.
@@ -75,6 +110,32 @@ __device__ __forceinline__ Mxfp8Share quantize_mxfp8_share(uint4 values) {
   share.words[0] = odd ? (taken & 0xFFFFu) | halves[2] << 16 : halves[0] | (taken & 0xFFFFu) << 16;
   share.words[1] = odd ? (taken >> 16) | halves[3] << 16 : halves[1] | (taken >> 16) << 16;
   return share;
+}
+
+// The same for 8 bf16 (`values`: bf16 (2 j + 1):(2 j) in word j), widened exactly.
+__device__ __forceinline__ Mxfp8Share quantize_mxfp8_share(uint4 values) {
+  const unsigned pairs[4] = {values.x, values.y, values.z, values.w};
+  float wide[8];
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    wide[2 * j] = __uint_as_float(pairs[j] << 16);
+    wide[2 * j + 1] = __uint_as_float(pairs[j] & 0xFFFF0000u);
+  }
+  return quantize_mxfp8_share(wide);
+}
+
+// Stores lane q's share of block `block` (counted along the row) of MXFP8 row `row`: its two words
+// at their places in the slice, and from lane 0 of the quad the scale byte (with the zero byte
+// above it) at byte 2 (block % 2) of the slice's scale word.
+__device__ __forceinline__ void store_mxfp8_share(const Mxfp8Rows& out, long long row, int block,
+                                                  const Mxfp8Share& share) {
+  const int q = threadIdx.x % 4, word = 4 * (q / 2) + 2 * (q % 2);
+  unsigned char* slice = out.slice(row, block / 2);
+  *reinterpret_cast<unsigned*>(slice + mxfp8_slice_word_byte(block % 2, word)) = share.words[0];
+  *reinterpret_cast<unsigned*>(slice + mxfp8_slice_word_byte(block % 2, word + 1)) = share.words[1];
+  if (q == 0) {
+    reinterpret_cast<unsigned short*>(out.scale(row, block / 2))[block % 2] = static_cast<unsigned short>(share.scale_code);
+  }
 }
 
 }  // namespace mxmoe::kernels

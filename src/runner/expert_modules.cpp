@@ -15,12 +15,15 @@ namespace mxmoe {
 
 const ExpertKernels& expert_kernels(const Tactic& tactic) {
   static std::mutex mutex;
-  static std::map<std::tuple<int, std::string>, ExpertKernels> loaded;
+  // Keyed by the kernels' name expression too: a family may instantiate a tactic with another
+  // variant of its kernels (the block-scaled family's fault build, block_scaled_family.hpp).
+  static std::map<std::tuple<int, std::string, std::string>, ExpertKernels> loaded;
   int device = 0;
   cuda_check(cudaGetDevice(&device), "cudaGetDevice");
   const Tactic binary_tactic = tactic.binary();
+  const std::string variant = family_of(binary_tactic).instantiation(binary_tactic).fc2;
   std::lock_guard lock(mutex);
-  const auto key = std::make_tuple(device, binary_tactic.name());
+  const auto key = std::make_tuple(device, binary_tactic.name(), variant);
   if (const auto it = loaded.find(key); it != loaded.end()) return it->second;
 
   const DeviceArch d = current_device_arch();

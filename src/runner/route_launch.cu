@@ -66,6 +66,17 @@ void launch_gather_rows(const __nv_bfloat16* x, int hidden, int top_k, int num_e
          args, 0, stream, "gather launch");
 }
 
+void launch_gather_quantize_rows(const __nv_bfloat16* x, int hidden, int top_k, int num_experts, int num_tokens,
+                                 const kernels::RouteBuffers& route, void* sorted, cudaStream_t stream) {
+  const auto* source = reinterpret_cast<const unsigned short*>(x);
+  long long rows_capacity = static_cast<long long>(num_tokens) * top_k;
+  kernels::RouteBuffers r = route;
+  void* args[] = {&source, &hidden, &top_k, &num_experts, &r, &sorted, &rows_capacity};
+  launch(reinterpret_cast<const void*>(kernels::gather_quantize_rows_kernel),
+         dim3(blocks(rows_capacity, kernels::kGatherWarps)), dim3(kernels::kGatherWarps * 32), args, 0, stream,
+         "quantising gather launch");
+}
+
 void launch_unpermute(const float* expert_out, long long split_stride, int k_split, int hidden, int top_k,
                       int num_tokens, const kernels::RouteBuffers& route, __nv_bfloat16* out, const float* route_logits,
                       int num_experts, cudaStream_t stream) {

@@ -19,6 +19,10 @@ void launch_routing(const kernels::RouteInput& in, int num_tokens, int num_exper
 // it so (KernelFamily::reads_sorted_input).
 void launch_gather_rows(const __nv_bfloat16* x, int hidden, int top_k, int num_experts, int num_tokens,
                         const kernels::RouteBuffers& route, __nv_bfloat16* sorted, cudaStream_t stream);
+// The same quantised to MXFP8 rows of K = hidden at `sorted` (room for num_tokens x top_k rows,
+// kernels/mxfp8_quantize.cuh), for the block-scaled family's FC1.
+void launch_gather_quantize_rows(const __nv_bfloat16* x, int hidden, int top_k, int num_experts, int num_tokens,
+                                 const kernels::RouteBuffers& route, void* sorted, cudaStream_t stream);
 // `route_logits`: the batch routed itself in FC1 and FC2 (LayerLaunch::routing_launch is false), so
 // the un-permute routes it again from these logits; null: it reads `route`.
 void launch_unpermute(const float* expert_out, long long split_stride, int k_split, int hidden, int top_k,

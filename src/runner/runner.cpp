@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstring>
 #include <mutex>
+#include <set>
 #include <shared_mutex>
 #include <string>
 #include <vector>
@@ -15,7 +16,9 @@
 #include "device/current_device.hpp"
 #include "format/mxfp4_records.hpp"
 #include "jit/kernel_cache.hpp"
+#include "kernels/family_registry.hpp"
 #include "mxmoe/error.hpp"
+#include "runner/block_scaled_check.hpp"
 #include "runner/launch_plan.hpp"
 #include "runner/route_launch.hpp"
 #include "runner/workspace.hpp"
@@ -48,6 +51,7 @@ void check_aligned(const void* p, size_t alignment, const char* what) {
 
 struct MoeRunner::Impl {
   MoeShape shape;
+  RunnerOptions options;
   DeviceArch device;
   TunedPlans tuned;
   RecordGeometry fc1_geometry, fc2_geometry;
@@ -66,8 +70,29 @@ struct MoeRunner::Impl {
   // engine form (the caller's top-k, always permuted by the routing launch).
   mutable LaunchTable launches, given_topk_launches;
 
+  // The options' activations, unless the block-scaled family failed its check on this device.
+  ActivationFormat activations() const {
+    return options.activations == ActivationFormat::kMxfp8 && !block_scaled_family_dropped() ? ActivationFormat::kMxfp8
+                                                                                              : ActivationFormat::kBf16;
+  }
+  LayerPlan heuristic_plan(int num_tokens) const {
+    return mxmoe::heuristic_plan(shape, num_tokens, *device.arch, activations());
+  }
   LayerPlan plan(int num_tokens) const {
-    return tuned.find(num_tokens).value_or(mxmoe::heuristic_plan(shape, num_tokens, *device.arch));
+    const ActivationFormat format = activations();
+    return tuned.find(num_tokens, format).value_or(mxmoe::heuristic_plan(shape, num_tokens, *device.arch, format));
+  }
+  // The first-use check of each block-scaled tactic of `plan` where the options ask for it on this
+  // device; false when one fails (the family is then dropped here).
+  bool block_scaled_checks_pass(const LayerPlan& plan) const {
+    if (plan.activations != ActivationFormat::kMxfp8 ||
+        !block_scaled_check_applies(options.block_scaled_check, *device.arch)) {
+      return true;
+    }
+    for (const Tactic& t : {plan.fc1, plan.fc2}) {
+      if (family_of(t).activations() == ActivationFormat::kMxfp8 && !check_block_scaled_tactic(t).passed) return false;
+    }
+    return true;
   }
   void prepare(int max_tokens) const;
   // Calls `run` with the prepared launches of `num_tokens` tokens, or with `plan`'s where a plan is
@@ -75,6 +100,10 @@ struct MoeRunner::Impl {
   template <typename Run>
   void with_launch(int num_tokens, const LayerPlan* plan, bool given_topk, Run run) const;
   LayerLaunch make_launch(const LayerPlan& plan, int num_tokens, bool given_topk) const {
+    if (!block_scaled_checks_pass(plan)) {
+      throw Error("plan " + plan.fc1.name() + " + " + plan.fc2.name() +
+                  ": the block-scaled family failed its first-use check on this device (see the warning)");
+    }
     return make_layer_launch(shape, *device.arch, plan, num_tokens, !given_topk && !local_experts);
   }
   kernels::RouteInput route_input(const float* logits) const {
@@ -85,11 +114,12 @@ struct MoeRunner::Impl {
            void* workspace, cudaStream_t stream, const LayerLaunch& launch, ForwardPart last = ForwardPart::kAll) const;
 };
 
-MoeRunner::MoeRunner(const MoeLayerWeights& weights) : impl_(std::make_unique<Impl>()) {
+MoeRunner::MoeRunner(const MoeLayerWeights& weights, const RunnerOptions& options) : impl_(std::make_unique<Impl>()) {
   weights.validate();
   Impl& m = *impl_;
   const MoeShape& s = weights.shape;
   m.shape = s;
+  m.options = options;
   m.routed_experts = weights.num_routed_experts();
   m.device = current_device_arch();
   cudaDeviceProp prop{};
@@ -153,13 +183,15 @@ size_t MoeRunner::workspace_size(int max_tokens) const {
   return WorkspaceLayout::of(impl_->shape, impl_->routed_experts, max_tokens).total;
 }
 
-LayerPlan MoeRunner::heuristic_plan(int num_tokens) const {
-  return mxmoe::heuristic_plan(impl_->shape, num_tokens, *impl_->device.arch);
-}
+LayerPlan MoeRunner::heuristic_plan(int num_tokens) const { return impl_->heuristic_plan(num_tokens); }
 
 LayerPlan MoeRunner::plan(int num_tokens) const { return impl_->plan(num_tokens); }
 
-bool MoeRunner::tuned() const { return !impl_->tuned.entries().empty(); }
+bool MoeRunner::tuned() const { return !impl_->tuned.entries(impl_->activations()).empty(); }
+
+ActivationFormat MoeRunner::activations() const { return impl_->options.activations; }
+
+std::vector<BlockScaledCheckResult> MoeRunner::block_scaled_checks() const { return block_scaled_checks_on_device(); }
 
 void MoeRunner::prepare(int max_tokens) const {
   if (max_tokens < 1) throw Error("prepare: max_tokens must be at least 1");
@@ -169,6 +201,16 @@ void MoeRunner::prepare(int max_tokens) const {
 void MoeRunner::Impl::prepare(int max_tokens) const {
   std::unique_lock lock(launches_mutex);
   if (max_tokens <= launches.max_tokens()) return;
+  // Block-scaled tactics are checked before any launch of them is made: a failure turns every
+  // later plan() to bf16 activations, so the loop ends at the first.
+  if (options.activations == ActivationFormat::kMxfp8) {
+    std::set<std::string> checked;
+    for (int t = 1; t <= max_tokens; ++t) {
+      const LayerPlan p = plan(t);
+      if (p.activations != ActivationFormat::kMxfp8) break;
+      if (checked.insert(p.fc1.binary().name() + " " + p.fc2.binary().name()).second && !block_scaled_checks_pass(p)) break;
+    }
+  }
   for (const bool given_topk : {false, true}) {
     (given_topk ? given_topk_launches : launches)
         .build(
@@ -207,13 +249,19 @@ void MoeRunner::Impl::run(const __nv_bfloat16* x, const kernels::RouteInput& in,
   if (launch.routing_launch) launch_routing(in, num_tokens, shape.num_experts, shape.top_k, route, stream);
   if (last == ForwardPart::kRouting) return;
 
-  const __nv_bfloat16* fc1_input = x;
+  const void* fc1_input = x;
   if (launch.gather_launch) {
-    auto* sorted_input = reinterpret_cast<__nv_bfloat16*>(ws + layout.sorted_input);
-    launch_gather_rows(x, shape.hidden, shape.top_k, shape.num_experts, num_tokens, route, sorted_input, stream);
+    void* sorted_input = ws + layout.sorted_input;
+    if (launch.plan.activations == ActivationFormat::kMxfp8) {
+      launch_gather_quantize_rows(x, shape.hidden, shape.top_k, shape.num_experts, num_tokens, route, sorted_input,
+                                  stream);
+    } else {
+      launch_gather_rows(x, shape.hidden, shape.top_k, shape.num_experts, num_tokens, route,
+                         static_cast<__nv_bfloat16*>(sorted_input), stream);
+    }
     fc1_input = sorted_input;
   }
-  auto* activation = reinterpret_cast<__nv_bfloat16*>(ws + layout.activation);
+  void* activation = ws + layout.activation;  // bf16 or MXFP8 rows, as the plan's activations
   auto* expert_out = reinterpret_cast<float*>(ws + layout.expert_out);
   const float* route_logits = launch.routing_launch ? nullptr : in.logits;
   auto tile_offsets = [&](int stage) {

@@ -1,6 +1,9 @@
 #include "runner/workspace.hpp"
 
+#include <algorithm>
+
 #include "kernels/expert_gemm_args.hpp"
+#include "kernels/mxfp8_quantize.cuh"
 #include "mxmoe/tactic.hpp"
 
 namespace mxmoe {
@@ -29,7 +32,8 @@ WorkspaceLayout WorkspaceLayout::of(const MoeShape& shape, int routed_experts, i
   w.schedule = take(static_cast<size_t>(w.schedule_words) * 4);
   w.stream_flags = w.schedule + static_cast<size_t>(fused_words) * 4;
   w.stream_partials = take(2ull * kernels::kMaxStreamCtas * kernels::kStreamPartialFloats * 4);
-  w.activation = take(pairs * shape.intermediate * 2);
+  w.activation = take(std::max<size_t>(pairs * shape.intermediate * 2,
+                                       static_cast<size_t>(kernels::mxfp8_rows_bytes(pairs, shape.intermediate))));
   w.expert_out = take(static_cast<size_t>(kMaxKSplit) * pairs * shape.hidden * 4);
   w.sorted_input = w.expert_out;
   w.total = at;

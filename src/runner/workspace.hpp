@@ -20,10 +20,13 @@ struct WorkspaceLayout {
   int schedule_words = 0;   // stream-K flags of FC1 and FC2 [2][kMaxStreamCtas]; zeroed by the routing
   size_t stream_flags = 0;     // int [2][kMaxStreamCtas], inside the schedule: FC1's, then FC2's
   size_t stream_partials = 0;  // fp32 [2][kMaxStreamCtas][kStreamPartialFloats]: FC1's, then FC2's
-  size_t activation = 0;    // bf16 [pairs, I]: FC1's output in sorted-row order
+  // FC1's output in sorted-row order: bf16 [pairs, I], or with MXFP8 activations MXFP8 rows of
+  // K = I (kernels/mxfp8_quantize.cuh); room for the larger.
+  size_t activation = 0;
   size_t expert_out = 0;    // fp32 [kMaxKSplit][pairs, H]: FC2's partial outputs
-  // bf16 [pairs, H]: x gathered into sorted-row order for an FC1 that reads it so. It shares
-  // expert_out's bytes: FC2 writes there only after its wait for FC1, which has read it all.
+  // x gathered into sorted-row order for an FC1 that reads it so: bf16 [pairs, H], or MXFP8 rows
+  // of K = H. It shares expert_out's bytes: FC2 writes there only after its wait for FC1, which has
+  // read it all.
   size_t sorted_input = 0;
   size_t total = 0;
 

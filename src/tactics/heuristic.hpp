@@ -30,4 +30,12 @@ namespace mxmoe {
 LayerPlan heuristic_plan(const MoeShape& shape, int num_tokens, const Arch& arch);
 std::vector<Tactic> default_tactics();
 
+// The plan for `activations`: the above for bf16; for MXFP8 activations, which only a caller
+// chooses (RunnerOptions::activations; their accuracy cost, docs/block-scaled.md, is the caller's
+// to accept), the block-scaled tiles for both stages with the smallest token tile of 16, 32, 64,
+// 128 that covers the expected rows per expert, as the mma tiles' (block_scaled_heuristic.cpp).
+// Those tactics compile on first use (they are not in default_tactics()). Throws Error where no
+// block-scaled tactic runs on the shape and arch.
+LayerPlan heuristic_plan(const MoeShape& shape, int num_tokens, const Arch& arch, ActivationFormat activations);
+
 }  // namespace mxmoe

@@ -58,6 +58,8 @@ Tactic parse_tactic(std::string_view name) {
   return t;
 }
 
+ActivationFormat activations_of(const Tactic& t) { return family_of(t).activations(); }
+
 bool LayerPlan::whole_layer() const { return family_of(fc1).whole_layer(); }
 
 bool can_route_in_expert_kernels(const LayerPlan& plan, int num_tokens, int top_k) {

@@ -26,6 +26,11 @@ bool is_shape(const Json& j, const MoeShape& s) {
          j.value("hidden", -1) == s.hidden && j.value("intermediate", -1) == s.intermediate;
 }
 
+// A shape's group of plans: its activations, bf16 where the group does not say.
+ActivationFormat group_activations(const Json& group) {
+  return parse_activation_format(group.value("activations", std::string("bf16")));
+}
+
 std::optional<Json> read_table(const std::string& path) {
   std::ifstream in(path);
   if (!in) return std::nullopt;
@@ -64,27 +69,32 @@ TunedPlans TunedPlans::load(const std::string& cache_dir, const std::string& dev
   try {
     for (const auto& s : table->at("shapes")) {
       if (!is_shape(s.at("shape"), shape)) continue;
+      const ActivationFormat activations = group_activations(s);
       for (const auto& e : s.at("plans")) {
         const int tokens = e.at("tokens").get<int>();
         try {
-          TunedEntry entry{{parse_tactic(e.at("fc1").get<std::string>()), parse_tactic(e.at("fc2").get<std::string>())},
+          TunedEntry entry{{parse_tactic(e.at("fc1").get<std::string>()), parse_tactic(e.at("fc2").get<std::string>()),
+                            activations},
                            e.value("us", 0.0), e.value("heuristic_us", 0.0)};
           validate_plan(shape, entry.plan, arch);
-          tuned.entries_[tokens] = entry;
+          tuned.entries_[static_cast<int>(activations)][tokens] = entry;
         } catch (const Error& bad) {
-          warn_once("tuned table " + file + ": ignoring the plan for T = " + std::to_string(tokens) + " (" + bad.what() + ")");
+          warn_once("tuned table " + file + ": ignoring the plan for T = " + std::to_string(tokens) +
+                    (activations == ActivationFormat::kBf16 ? "" : " with MXFP8 activations") + " (" + bad.what() +
+                    ")");
         }
       }
     }
-  } catch (const nlohmann::json::exception& e) {
+  } catch (const std::exception& e) {  // JSON errors, and an activation format it does not know
     warn_once("tuned table " + file + " is malformed (" + e.what() + "); ignoring it");
-    tuned.entries_.clear();
+    for (auto& entries : tuned.entries_) entries.clear();
   }
   return tuned;
 }
 
 void TunedPlans::store(const std::string& cache_dir, const std::string& device_name, const Arch& arch,
-                       const MoeShape& shape, const std::map<int, TunedEntry>& entries) {
+                       const MoeShape& shape, const std::map<int, TunedEntry>& entries,
+                       ActivationFormat activations) {
   const std::string file = path(cache_dir, device_name, arch);
   Json table = read_table(file).value_or(Json::object());
   if (table.value("mxmoe_version", "") != MXMOE_VERSION) table = Json::object();
@@ -94,14 +104,22 @@ void TunedPlans::store(const std::string& cache_dir, const std::string& device_n
   table["arch"] = arch.name;
   Json shapes = Json::array();
   for (const auto& s : table.value("shapes", Json::array())) {
-    if (!is_shape(s.value("shape", Json{}), shape)) shapes.push_back(s);
+    bool same_group = false;
+    try {
+      same_group = is_shape(s.value("shape", Json{}), shape) && group_activations(s) == activations;
+    } catch (const std::exception&) {  // a group it cannot read is kept as it is
+    }
+    if (!same_group) shapes.push_back(s);
   }
   Json plans = Json::array();
   for (const auto& [tokens, e] : entries) {
     plans.push_back({{"tokens", tokens}, {"fc1", e.plan.fc1.name()}, {"fc2", e.plan.fc2.name()}, {"us", e.us},
                      {"heuristic_us", e.heuristic_us}});
   }
-  shapes.push_back({{"shape", shape_json(shape)}, {"plans", plans}});
+  Json group = {{"shape", shape_json(shape)}};
+  if (activations != ActivationFormat::kBf16) group["activations"] = activation_format_name(activations);
+  group["plans"] = plans;
+  shapes.push_back(group);
   table["shapes"] = shapes;
   std::error_code ec;
   std::filesystem::create_directories(std::filesystem::path(file).parent_path(), ec);
@@ -110,9 +128,10 @@ void TunedPlans::store(const std::string& cache_dir, const std::string& device_n
   write_file_atomically(file, std::span(&piece, 1));
 }
 
-std::optional<LayerPlan> TunedPlans::find(int num_tokens) const {
-  const auto it = entries_.lower_bound(num_tokens);
-  if (it == entries_.end()) return std::nullopt;
+std::optional<LayerPlan> TunedPlans::find(int num_tokens, ActivationFormat activations) const {
+  const auto& entries = entries_[static_cast<int>(activations)];
+  const auto it = entries.lower_bound(num_tokens);
+  if (it == entries.end()) return std::nullopt;
   return it->second.plan;
 }
 

@@ -20,6 +20,10 @@ void validate_plan(const MoeShape& shape, const LayerPlan& plan, const Arch& arc
     if (std::find(valid.begin(), valid.end(), tactic.binary()) == valid.end()) {
       throw Error(which + " tactic " + tactic.name() + " is not in the " + std::string(arch.name) + " tactic table");
     }
+    if (const ActivationFormat takes = family_of(tactic).activations(); takes != plan.activations) {
+      throw Error(which + " tactic " + tactic.name() + " takes " + activation_format_name(takes) +
+                  " activations; the plan's are " + activation_format_name(plan.activations));
+    }
     const StageShape stage_shape{shape, stage};
     if (const std::string why = family_of(tactic).why_invalid(tactic, arch, &stage_shape); !why.empty()) {
       throw Error(which + " tactic " + tactic.name() + ": " + why);

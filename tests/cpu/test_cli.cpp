@@ -35,12 +35,12 @@ TEST(Cli, HelpAndVersion) {
   const std::map<std::string, std::vector<std::string>> options = {
       {"run",
        {"model", "experts", "top-k", "hidden", "intermediate", "checkpoint", "layer", "tokens", "device", "seed",
-        "check", "scheme", "quantize-bf16-experts", "input", "output"}},
+        "check", "scheme", "quantize-bf16-experts", "input", "output", "activations", "self-check"}},
       {"make-checkpoint",
        {"model", "experts", "top-k", "hidden", "intermediate", "layers", "out", "scheme", "shards", "seed"}},
-      {"bench", {"model", "tokens", "layers", "replays", "skewed", "compare", "breakdown", "json", "plan"}},
-      {"tune", {"model", "tokens", "layers", "replays"}},
-      {"cache", {"arch", "cache-dir"}},
+      {"bench", {"model", "tokens", "layers", "replays", "skewed", "compare", "breakdown", "json", "plan", "activations"}},
+      {"tune", {"model", "tokens", "layers", "replays", "activations"}},
+      {"cache", {"arch", "cache-dir", "family"}},
       {"probe", {"arch", "target"}},
   };
   const auto top = test::run_cli("--help");
@@ -72,7 +72,8 @@ TEST(Cli, UsageErrorsExitTwoWithOneLine) {
         "run --model gpt-oss-7b", "run --hidden 100", "make-checkpoint --layers 2",
         "make-checkpoint --out /tmp/x --scheme gguf", "bench --layers 4", "bench --replays 5", "bench --tokens 1,x",
         "bench --model gpt-oss-7b", "bench --plan gemv.r64", "bench --plan gemv.r64x8.w4x2.u2.k1,tiled.r128",
-        "run --activations fp16", "run --activations mxfp8 --device gpu"}) {
+        "run --activations fp16", "run --self-check", "run --activations mxfp8 --self-check --device cpu",
+        "bench --activations fp8", "tune --activations fp8", "cache prewarm --family nope"}) {
     const auto r = test::run_cli(args);
     EXPECT_EQ(r.exit_code, 2) << args << ": " << r.err;
     expect_one_error_line(r);

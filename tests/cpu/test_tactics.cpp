@@ -3,6 +3,7 @@
 // tactic for every arch.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <map>
 #include <mutex>
@@ -32,6 +33,7 @@ BrokenRule first_broken_rule(const Tactic& t, const Arch& arch) {
       {"sk", {&Tactic::warps_tokens, &Tactic::warps_k, &Tactic::smem_stages}},
       {"ring", {&Tactic::warps_tokens, &Tactic::warps_k, &Tactic::batch_records}},
       {"mma", {&Tactic::warps_k, &Tactic::batch_records}},
+      {"bsmma", {&Tactic::warps_k, &Tactic::batch_records}},
       {"wgmma", {&Tactic::warps_tokens, &Tactic::warps_k, &Tactic::batch_records}}};
   const Tactic defaults;
   for (auto field : unspelled.at(t.family)) {
@@ -58,11 +60,25 @@ BrokenRule first_broken_rule(const Tactic& t, const Arch& arch) {
     if (t.warps() > 24) return {"at most 24 warps", "warps per stream-K CTA"};
   } else if (!up_to_16_warps) {
     return {"1 to 16 warps per CTA", "warps per CTA"};
-  } else if (t.family != "mma" && !column_cta) {
+  } else if (t.family != "mma" && t.family != "bsmma" && !column_cta) {
     return {"a record column per warp over 8 or 16 tokens", "record column"};
   }
   if (t.family == "ring") {
     return t.smem_stages < 2 || t.smem_stages > 16 ? BrokenRule{"2 to 16 ring slots", "ring slots"} : BrokenRule{};
+  }
+  if (t.family == "bsmma") {
+    if (t.tile_rows % (16 * t.warps_rows) != 0) return {"whole 16-row records per warp", "16-row records"};
+    if (t.tile_rows % 128 != 0) return {"FC1 quantises whole 64-K slices of FC2's input", "multiple of 128"};
+    if (t.tile_tokens % (8 * t.warps_tokens) != 0) return {"whole 8-token tiles per warp", "8-token MMA tiles"};
+    const int records = t.tile_rows / t.warps_rows / 16, token_tiles = t.tile_tokens / t.warps_tokens / 8;
+    if (records * token_tiles * 4 > 64) return {"at most 64 accumulators per thread", "accumulators"};
+    if (records * 8 > 64) return {"at most 64 E4M3 weight registers per thread", "weight registers"};
+    if (t.smem_stages < 2) return {"at least 2 cp.async stages", "2 stages"};
+    // per stage the records and each token's 64 codes and scale word; FC1's fp32 outputs after
+    const int stages = t.smem_stages * (t.tile_rows / 16 * 544 + t.tile_tokens * 68);
+    const int epilogue = t.tile_tokens * (t.tile_rows / 2 + 4) * 4;
+    if (std::max(stages, epilogue) > arch.smem_per_block) return {"the arch's shared memory", "shared memory"};
+    return {};
   }
   if (t.family != "mma") {
     if (t.warps_k != 1 && t.warps_k != 2 && t.warps_k != 4) return {"1, 2 or 4 warps along K", "along K"};
@@ -100,7 +116,7 @@ TEST(TacticTable, ValidEntriesObeyTheRulesAndInvalidOnesSayWhy) {
       if (e.invalid.empty()) ++valid_per_family[e.tactic.family];
     }
     for (const KernelFamily* f : kernel_families()) {
-      const bool hopper_only = f->prefix() == "wgmma";
+      const bool hopper_only = f->prefix() == "wgmma";  // the block-scaled family runs on all four
       if (!hopper_only || arch.name == "sm_90a") {
         EXPECT_GE(valid_per_family[std::string(f->prefix())], 2) << arch.name;
       }
@@ -126,7 +142,8 @@ TEST(TacticTable, MutatedEntriesAreCaught) {
       {"tile rows off the record grid", [](Tactic& t) { t.tile_rows += 8; }},
       {"12 tokens", [](Tactic& t) { t.tile_tokens = 12; }},
       {"64 times the warps along rows", [](Tactic& t) { t.warps_rows *= 64; }},
-      {"a second warp along tokens", [](Tactic& t) { t.warps_tokens = t.family == "mma" ? 3 : 2; }},
+      {"a second warp along tokens",
+       [](Tactic& t) { t.warps_tokens = t.family == "mma" || t.family == "bsmma" ? 3 : 2; }},
       {"three warps along K", [](Tactic& t) { t.warps_k = 3; }},
       {"no records in flight", [](Tactic& t) { t.batch_records = t.batch_records == 0 ? 1 : 0; }},
       {"one pipeline stage", [](Tactic& t) { t.smem_stages = 1; }},
@@ -306,6 +323,64 @@ TEST(Heuristic, ChoosesOnlyDefaultTacticsThatValidate) {
       }
     }
   }
+}
+
+// MXFP8 activations are the caller's choice: the bf16 heuristic never plans the block-scaled
+// family; asked for MXFP8 it plans it for both stages on every arch, with the token tile of the
+// expected rows (16 up to 16, then 32, 64, 128), and the plans validate.
+TEST(Heuristic, Mxfp8PlansOnlyWhenAskedAndThenBlockScaled) {
+  for (const auto& arch : supported_archs()) {
+    for (const char* model : {"gpt-oss-20b", "gpt-oss-120b"}) {
+      const MoeShape shape = model_shape(model);
+      for (int t : {1, 2, 5, 8, 9, 16, 33, 64, 100, 255, 1000, 4096, 65536}) {
+        const LayerPlan bf16 = heuristic_plan(shape, t, arch, ActivationFormat::kBf16);
+        EXPECT_EQ(bf16, heuristic_plan(shape, t, arch));
+        EXPECT_EQ(bf16.activations, ActivationFormat::kBf16);
+        EXPECT_NE(bf16.fc1.family, "bsmma");
+        const LayerPlan plan = heuristic_plan(shape, t, arch, ActivationFormat::kMxfp8);
+        EXPECT_EQ(plan.activations, ActivationFormat::kMxfp8);
+        EXPECT_EQ(plan.fc1, plan.fc2);
+        EXPECT_EQ(plan.fc1.family, "bsmma") << arch.name << " " << model << " T=" << t;
+        EXPECT_NO_THROW(validate_plan(shape, plan, arch)) << arch.name << " " << model << " T=" << t;
+      }
+    }
+  }
+  const Arch& sm90 = arch_by_name("sm_90a");
+  const MoeShape s20b = model_shape("gpt-oss-20b");
+  auto fc1 = [&](int t) { return heuristic_plan(s20b, t, sm90, ActivationFormat::kMxfp8).fc1.name(); };
+  EXPECT_EQ(fc1(1), "bsmma.r128x16.w4x1.s4.k1");
+  EXPECT_EQ(fc1(128), "bsmma.r128x16.w4x1.s4.k1");   // 16 expected rows
+  EXPECT_EQ(fc1(129), "bsmma.r128x32.w4x1.s4.k1");
+  EXPECT_EQ(fc1(257), "bsmma.r128x64.w2x2.s3.k1");
+  EXPECT_EQ(fc1(513), "bsmma.r128x128.w2x4.s3.k1");
+  EXPECT_EQ(fc1(65536), "bsmma.r128x128.w2x4.s3.k1");
+}
+
+// A plan's activations are both its families': a block-scaled tactic only in an MXFP8 plan, and
+// the others only in bf16 ones; the error names the stage, the tactic and both formats.
+TEST(ValidatePlan, ActivationsMustBeTheFamilies) {
+  const MoeShape shape = model_shape("gpt-oss-20b");
+  const Arch& sm90 = arch_by_name("sm_90a");
+  const Tactic bs = parse_tactic("bsmma.r128x32.w4x1.s4.k1"), mma = parse_tactic("mma.r128x32.w4x1.s4.k1");
+  EXPECT_EQ(activations_of(bs), ActivationFormat::kMxfp8);
+  EXPECT_EQ(activations_of(mma), ActivationFormat::kBf16);
+  EXPECT_NO_THROW(validate_plan(shape, {bs, bs, ActivationFormat::kMxfp8}, sm90));
+  EXPECT_NO_THROW(validate_plan(shape, {bs, parse_tactic("bsmma.r128x32.w4x1.s4.k2"), ActivationFormat::kMxfp8}, sm90));
+  const std::pair<LayerPlan, const char*> wrong[] = {
+      {{bs, bs, ActivationFormat::kBf16}, "FC1 tactic bsmma.r128x32.w4x1.s4.k1 takes mxfp8 activations; the plan's are bf16"},
+      {{mma, bs, ActivationFormat::kMxfp8}, "FC1 tactic mma.r128x32.w4x1.s4.k1 takes bf16 activations; the plan's are mxfp8"},
+      {{bs, mma, ActivationFormat::kMxfp8}, "FC2 tactic mma.r128x32.w4x1.s4.k1 takes bf16 activations; the plan's are mxfp8"},
+  };
+  for (const auto& [plan, message] : wrong) {
+    try {
+      validate_plan(shape, plan, sm90);
+      ADD_FAILURE() << message << ": accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(std::string(e.what()), message);
+    }
+  }
+  EXPECT_THROW(parse_activation_format("fp8"), Error);
+  EXPECT_EQ(parse_activation_format(activation_format_name(ActivationFormat::kMxfp8)), ActivationFormat::kMxfp8);
 }
 
 // CI's check that the whole table builds: every valid tactic for every arch through NVRTC.

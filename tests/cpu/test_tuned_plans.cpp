@@ -45,6 +45,38 @@ TEST(TunedPlans, BucketLookup) {
   EXPECT_FALSE(TunedPlans().find(1));
 }
 
+// A shape's MXFP8-activation plans are stored and found apart from its bf16 ones: storing either
+// keeps the other, and a group whose plans are not its format's is ignored entry by entry.
+TEST(TunedPlans, Mxfp8PlansAreStoredApart) {
+  const std::string dir = test::scratch_dir().string();
+  const Tactic bs = parse_tactic("bsmma.r128x32.w4x1.s4.k1");
+  const std::map<int, TunedEntry> mxfp8{{256, {{bs, bs, ActivationFormat::kMxfp8}, 500.0, 510.0}}};
+  TunedPlans::store(dir, "gpu", sm90(), k20b, entries());
+  TunedPlans::store(dir, "gpu", sm90(), k20b, mxfp8, ActivationFormat::kMxfp8);
+  TunedPlans::store(dir, "gpu", sm90(), k20b, entries());  // replaces the bf16 group only
+  const TunedPlans t = TunedPlans::load(dir, "gpu", sm90(), k20b);
+  EXPECT_EQ(t.entries().size(), 2u);
+  ASSERT_EQ(t.entries(ActivationFormat::kMxfp8).size(), 1u);
+  EXPECT_EQ(*t.find(200, ActivationFormat::kMxfp8), (LayerPlan{bs, bs, ActivationFormat::kMxfp8}));
+  EXPECT_FALSE(t.find(300, ActivationFormat::kMxfp8));
+  EXPECT_EQ(t.find(2)->fc1.name(), "mma.r128x16.w4x1.s4.k1");
+  EXPECT_EQ(t.find(2)->activations, ActivationFormat::kBf16);
+
+  // A bf16 tactic in the MXFP8 group is not a plan there.
+  std::ifstream in(TunedPlans::path(dir, "gpu", sm90()));
+  nlohmann::json table = nlohmann::json::parse(in);
+  for (auto& group : table["shapes"]) {
+    if (group.value("activations", "") == "mxfp8") group["plans"][0]["fc1"] = "mma.r128x32.w4x1.s4.k1";
+  }
+  test::write_file(TunedPlans::path(dir, "gpu", sm90()), table.dump());
+  testing::internal::CaptureStderr();
+  const TunedPlans edited = TunedPlans::load(dir, "gpu", sm90(), k20b);
+  const std::string warnings = testing::internal::GetCapturedStderr();
+  EXPECT_TRUE(edited.entries(ActivationFormat::kMxfp8).empty());
+  EXPECT_EQ(edited.entries().size(), 2u);
+  EXPECT_NE(warnings.find("T = 256 with MXFP8 activations"), std::string::npos) << warnings;
+}
+
 void rewrite(const std::string& path, const std::function<void(nlohmann::json&)>& edit) {
   std::ifstream in(path);
   nlohmann::json table = nlohmann::json::parse(in);

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "device/tensor_map.hpp"
+#include "kernels/mxfp8_quantize.cuh"
 #include "mxmoe/error.hpp"
 #include "mxmoe/tactic.hpp"
 #include "runner/workspace.hpp"
@@ -21,6 +22,24 @@ TEST(Workspace, SortedInputFitsInsideExpertOutput) {
       EXPECT_LE(w.sorted_input + pairs * shape.hidden * 2, w.expert_out + kMaxKSplit * pairs * shape.hidden * 4)
           << model << " T=" << tokens;
       EXPECT_EQ(w.sorted_input % 256, 0u);
+    }
+  }
+}
+
+// With MXFP8 activations FC1's input (MXFP8 rows of K = H) lies in the same region, and its
+// output (K = I) in the activation region, which holds it even where 64-K slices pad I = 32.
+TEST(Workspace, Mxfp8RowsFitTheirRegions) {
+  for (const MoeShape& shape : {model_shape("gpt-oss-20b"), model_shape("gpt-oss-120b"), MoeShape{5, 3, 96, 160, 1},
+                                MoeShape{4, 2, 32, 32, 1}}) {
+    for (int tokens : {1, 7, 300}) {
+      const WorkspaceLayout w = WorkspaceLayout::of(shape, shape.num_experts, tokens);
+      const long long pairs = static_cast<long long>(tokens) * shape.top_k;
+      EXPECT_LE(w.sorted_input + kernels::mxfp8_rows_bytes(pairs, shape.hidden),
+                w.expert_out + kMaxKSplit * pairs * shape.hidden * 4)
+          << shape.describe() << " T=" << tokens;
+      EXPECT_LE(w.activation + kernels::mxfp8_rows_bytes(pairs, shape.intermediate), w.expert_out)
+          << shape.describe() << " T=" << tokens;
+      EXPECT_LE(w.activation + pairs * shape.intermediate * 2, w.expert_out) << shape.describe() << " T=" << tokens;
     }
   }
 }

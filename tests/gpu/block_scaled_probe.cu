@@ -13,7 +13,10 @@
 namespace mxmoe::test {
 namespace {
 
-template <bool kSm12x>
+// Both forms take the same registers: A from the record words, B from the token row, scale A the
+// record's scale word moved for thread-id 0, scale B token g's codes of blocks 0 and 1 in bytes 0
+// and 2.
+template <class Step>
 __global__ void block_scaled_probe_kernel(const unsigned char* records, const unsigned char* token_codes,
                                           const unsigned char* token_scales, float* out) {
   const int lane = threadIdx.x, g = lane / 4, t = lane % 4;
@@ -21,28 +24,20 @@ __global__ void block_scaled_probe_kernel(const unsigned char* records, const un
   const uint4 v = *reinterpret_cast<const uint4*>(record + 16 * lane);
   const unsigned words[4] = {v.x, v.y, v.z, v.w};
   const unsigned scale_word = *reinterpret_cast<const unsigned*>(record + kernels::kRecordValueBytes + 4 * g);
+  const auto rows = Step::row_scales(kernels::scale_a_register(scale_word, lane));
+  const auto tokens = Step::token_scales(token_scales[2 * g] | static_cast<unsigned>(token_scales[2 * g + 1]) << 16);
   float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-  auto step = [&](auto byte) {
-    constexpr int kBlock = decltype(byte)::value / 2;
+  auto step = [&](auto block) {
+    constexpr int kBlock = decltype(block)::value;
     unsigned a[4];
     for (int r = 0; r < 4; ++r) a[r] = kernels::e4m3_a_register(words, kBlock, r);
     const unsigned char* row = token_codes + g * 64 + kernels::kScaleBlock * kBlock;
     const unsigned b[2] = {*reinterpret_cast<const unsigned*>(row + 4 * t),
                            *reinterpret_cast<const unsigned*>(row + 16 + 4 * t)};
-    if constexpr (kSm12x) {
-      // Lane 4 n holds token n's codes of blocks 0 and 1 in bytes 0 and 2.
-      const unsigned scale_b = token_scales[2 * g] | static_cast<unsigned>(token_scales[2 * g + 1]) << 16;
-      kernels::BlockScaledMmaSm120<decltype(byte)::value>::run(d, a, b, kernels::scale_a_register(scale_word, lane),
-                                                                scale_b);
-    } else {
-      // The lane's accumulator tokens 2 t and 2 t + 1, this block.
-      const unsigned scale_b = token_scales[2 * (2 * t) + kBlock] |
-                               static_cast<unsigned>(token_scales[2 * (2 * t + 1) + kBlock]) << 8;
-      kernels::BlockScaledMmaTwin<decltype(byte)::value>::run(d, a, b, scale_word, scale_b);
-    }
+    Step::template mma<kBlock>(d, a, b, rows, tokens);
   };
   step(std::integral_constant<int, 0>{});
-  step(std::integral_constant<int, 2>{});
+  step(std::integral_constant<int, 1>{});
   float* o = out + static_cast<long long>(blockIdx.x) * 16 * 8;
   for (int i = 0; i < 4; ++i) o[(g + 8 * (i / 2)) * 8 + 2 * t + i % 2] = d[i];
 }
@@ -75,11 +70,20 @@ cudaError_t run_mxfp8_quantize_probe(const unsigned short* x, int rows, int k, u
 }
 
 cudaError_t run_block_scaled_probe(const unsigned char* records, int tiles, const unsigned char* token_codes,
-                                   const unsigned char* token_scales, float* out, bool sm12x) {
-  if (sm12x) {
-    block_scaled_probe_kernel<true><<<tiles, 32>>>(records, token_codes, token_scales, out);
-  } else {
-    block_scaled_probe_kernel<false><<<tiles, 32>>>(records, token_codes, token_scales, out);
+                                   const unsigned char* token_scales, float* out, ProbeStep step) {
+  using kernels::TwinScaleLanes;
+  switch (step) {
+    case ProbeStep::kSm120:
+      block_scaled_probe_kernel<kernels::BlockScaledMmaSm120><<<tiles, 32>>>(records, token_codes, token_scales, out);
+      break;
+    case ProbeStep::kTwin:
+      block_scaled_probe_kernel<kernels::BlockScaledMmaTwin<TwinScaleLanes::kIsa>>
+          <<<tiles, 32>>>(records, token_codes, token_scales, out);
+      break;
+    case ProbeStep::kTwinRowsOfOneLane:
+      block_scaled_probe_kernel<kernels::BlockScaledMmaTwin<TwinScaleLanes::kRowsOfOneLane>>
+          <<<tiles, 32>>>(records, token_codes, token_scales, out);
+      break;
   }
   return cudaGetLastError();
 }

@@ -29,6 +29,13 @@
 
 #define MXMOE_CUDA_OK(call) ASSERT_EQ((call), cudaSuccess) << cudaGetErrorString(cudaGetLastError())
 
+namespace mxmoe {
+
+// How gtest prints an activation format in a test's parameter (found by argument-dependent lookup).
+inline void PrintTo(ActivationFormat format, std::ostream* os) { *os << activation_format_name(format); }
+
+}  // namespace mxmoe
+
 namespace mxmoe::test {
 
 template <typename T>
@@ -155,31 +162,41 @@ inline void expect_close(const std::vector<Bf16>& gpu, const std::vector<float>&
                      << ref[first_far] << ")";
 }
 
-// Every valid tactic of this device's arch for both stages (a whole-layer one is the whole layer),
-// FC2 K splits (as many as FC2's K tiles allow), and the runner's own choice (nullopt).
-inline std::vector<std::pair<std::string, std::optional<LayerPlan>>> plans_to_test(const MoeShape& shape) {
-  std::vector<std::pair<std::string, std::optional<LayerPlan>>> plans{{"heuristic", std::nullopt}};
+// Every valid tactic of this device's arch whose family takes `activations`, for both stages (a
+// whole-layer one is the whole layer), FC2 K splits (as many as FC2's K tiles allow), and for bf16
+// the runner's own choice (nullopt; the test layers' runners take bf16 activations).
+inline std::vector<std::pair<std::string, std::optional<LayerPlan>>> plans_to_test(
+    const MoeShape& shape, ActivationFormat activations = ActivationFormat::kBf16) {
+  std::vector<std::pair<std::string, std::optional<LayerPlan>>> plans;
+  if (activations == ActivationFormat::kBf16) plans.emplace_back("heuristic", std::nullopt);
   const int fc2_k_tiles = (shape.intermediate + 63) / 64;
   for (const Tactic& t : valid_tactics(current_device_arch().arch->name)) {
-    plans.emplace_back(t.name(), LayerPlan{t, t});
+    if (activations_of(t) != activations) continue;
+    plans.emplace_back(t.name(), LayerPlan{t, t, activations});
     // no K split: a whole-layer launch's FC1 and FC2 items share it; a stream-K GEMV splits K itself
-    if (LayerPlan{t, t}.whole_layer() || t.family == "sk") continue;
+    if (LayerPlan{t, t, activations}.whole_layer() || t.family == "sk") continue;
     Tactic split = t;
     split.k_split = std::min(t.family == "gemv" ? kMaxKSplit : 2, fc2_k_tiles);
-    plans.emplace_back(t.name() + "+fc2." + split.name(), LayerPlan{t, split});
+    plans.emplace_back(t.name() + "+fc2." + split.name(), LayerPlan{t, split, activations});
   }
   return plans;
 }
 
-// A parameterised layer test's case: a named shape and a token count.
+// A parameterised layer test's case: a named shape, a token count, and the activations of the
+// plans it runs (every one of plans_to_test(shape, activations)), judged against the reference
+// computed with the same activations.
 struct LayerCase {
   const char* name;
   MoeShape shape;
   int tokens;
+  ActivationFormat activations = ActivationFormat::kBf16;
 };
-inline void PrintTo(const LayerCase& c, std::ostream* os) { *os << c.name << " T=" << c.tokens; }
+inline void PrintTo(const LayerCase& c, std::ostream* os) {
+  *os << c.name << " T=" << c.tokens << " " << activation_format_name(c.activations);
+}
 inline std::string layer_case_name(const ::testing::TestParamInfo<LayerCase>& info) {
-  return std::string(info.param.name) + "_T" + std::to_string(info.param.tokens);
+  return std::string(info.param.name) + "_T" + std::to_string(info.param.tokens) +
+         (info.param.activations == ActivationFormat::kBf16 ? "" : "_mxfp8");
 }
 
 }  // namespace mxmoe::test

@@ -16,27 +16,55 @@
 namespace mxmoe {
 namespace {
 
+// The product of each probe step, [tiles][16][8].
+std::vector<float> probe_product(const test::BlockScaledProblem& p, int tiles, test::ProbeStep step) {
+  test::DeviceArray<unsigned char> records(p.records), codes(p.token_codes), scales(p.token_scales);
+  test::DeviceArray<float> out(static_cast<size_t>(tiles) * 16 * 8);
+  EXPECT_EQ(test::run_block_scaled_probe(records.get(), tiles, codes.get(), scales.get(), out.get(), step), cudaSuccess);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess) << cudaGetErrorString(cudaGetLastError());
+  return out.to_host();
+}
+
+// The twin on any device (sm_89 and up), and on a 12.x device also the block-scaled instruction.
 TEST(GpuBlockScaled, InnerStepIsTheDenseProduct) {
   MXMOE_REQUIRE_GPU();
   int major = 0;
   MXMOE_CUDA_OK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0));
+  std::vector<test::ProbeStep> steps{test::ProbeStep::kTwin};
+  if (major == 12) steps.push_back(test::ProbeStep::kSm120);
   for (uint64_t seed : {11u, 12u}) {
     const int tiles = 24;
     const test::BlockScaledProblem p = test::random_block_scaled_problem(seed, tiles);
-    test::DeviceArray<unsigned char> records(p.records), codes(p.token_codes), scales(p.token_scales);
-    test::DeviceArray<float> out(static_cast<size_t>(tiles) * 16 * 8);
-    MXMOE_CUDA_OK(test::run_block_scaled_probe(records.get(), tiles, codes.get(), scales.get(), out.get(), major == 12));
-    MXMOE_CUDA_OK(cudaDeviceSynchronize());
-    const auto got = out.to_host();
-    for (int row = 0; row < 16 * tiles; ++row) {
-      for (int token = 0; token < 8; ++token) {
-        // fp32 accumulation of 64 exact products: within 64 roundings of the products' magnitude.
-        const double dense = p.dense(row, token), magnitude = p.dense(row, token, true);
-        EXPECT_NEAR(got[row * 8 + token], dense, 64 * 0x1p-24 * magnitude + 1e-30)
-            << "seed " << seed << " row " << row << " token " << token;
+    for (test::ProbeStep step : steps) {
+      const auto got = probe_product(p, tiles, step);
+      for (int row = 0; row < 16 * tiles; ++row) {
+        for (int token = 0; token < 8; ++token) {
+          // fp32 accumulation of 64 exact products: within 64 roundings of the products' magnitude.
+          const double dense = p.dense(row, token), magnitude = p.dense(row, token, true);
+          ASSERT_NEAR(got[row * 8 + token], dense, 64 * 0x1p-24 * magnitude + 1e-30)
+              << "seed " << seed << (step == test::ProbeStep::kSm120 ? " sm120" : " twin") << " row " << row
+              << " token " << token;
+        }
       }
     }
   }
+}
+
+// The fault the self-check's tests build (the twin reading rows g and g + 8's scales from one lane)
+// is visible in the product on the device, as the CPU emulation says it is.
+TEST(GpuBlockScaled, TheTwinsWrongScaleLanesGiveAnotherProduct) {
+  MXMOE_REQUIRE_GPU();
+  const int tiles = 4;
+  const test::BlockScaledProblem p = test::random_block_scaled_problem(13, tiles);
+  const auto got = probe_product(p, tiles, test::ProbeStep::kTwinRowsOfOneLane);
+  int wrong = 0;
+  for (int row = 0; row < 16 * tiles; ++row) {
+    for (int token = 0; token < 8; ++token) {
+      const double dense = p.dense(row, token), magnitude = p.dense(row, token, true);
+      wrong += std::fabs(got[row * 8 + token] - dense) > 64 * 0x1p-24 * magnitude + 1e-30;
+    }
+  }
+  EXPECT_GT(wrong, 16 * tiles * 8 / 4);
 }
 
 // Rows of every kind of bf16: random bit patterns (blocks with NaN or infinity, zero and

@@ -1,6 +1,7 @@
 // The engine form (the caller's top-k, MoeRunner::forward_experts) and expert-parallel shards on the
-// GPU against the CPU reference: every kernel family, int32 and int64 ids, slots that go to no
-// expert (-1, ids past the layer), repeated experts in a token, shards that get no pair at all, and
+// GPU against the CPU reference: every kernel family (the block-scaled one against the reference
+// with MXFP8 activations), int32 and int64 ids, slots that go to no expert (-1, ids past the
+// layer), repeated experts in a token, shards that get no pair at all, and
 // graph capture. Outputs and workspaces are poisoned before every run, so an element nothing wrote
 // cannot pass.
 #include <gtest/gtest.h>
@@ -83,10 +84,11 @@ TEST_P(GpuEngineForm, GivenTopKMatchesTheReference) {
   const auto& layer = test_layer(c.shape, 17);
   const std::vector<Bf16> x = make_activations(c.tokens, c.shape.hidden, 2000 + c.tokens);
   const GivenRouting routing = given_routing(c.tokens, c.shape.top_k, c.shape.num_experts, 3000 + c.tokens);
-  const ReferenceResult ref = reference_forward_routed(layer.weights, x, routing.reference);
+  const ReferenceOptions options{.activations = c.activations};
+  const ReferenceResult ref = reference_forward_routed(layer.weights, x, routing.reference, options);
   const GivenRouting narrow = without_wide_ids(routing);
-  const ReferenceResult ref_narrow = reference_forward_routed(layer.weights, x, narrow.reference);
-  for (const auto& [name, plan] : plans_to_test(c.shape)) {
+  const ReferenceResult ref_narrow = reference_forward_routed(layer.weights, x, narrow.reference, options);
+  for (const auto& [name, plan] : plans_to_test(c.shape, c.activations)) {
     std::vector<int> pair_rows;
     expect_close(run_experts(*layer.runner, x, c.tokens, routing, true, plan ? &*plan : nullptr, &pair_rows), ref.out,
                  name + " int64");
@@ -105,6 +107,12 @@ std::vector<LayerCase> engine_cases() {
   for (int t : {1, 3, 9, 33, 64, 300, 1100}) cases.push_back({"gpt_oss_20b", model_shape("gpt-oss-20b"), t});
   for (int t : {1, 64}) cases.push_back({"gpt_oss_120b", model_shape("gpt-oss-120b"), t});
   for (int t : {1, 7, 33}) cases.push_back({"odd_E5_k3_H96_I160", MoeShape{5, 3, 96, 160, 1}, t});
+  // The block-scaled family (MXFP8 activations): fewer sorted rows than pairs where slots go to no
+  // expert.
+  for (int t : {1, 9, 300}) {
+    cases.push_back({"gpt_oss_20b", model_shape("gpt-oss-20b"), t, ActivationFormat::kMxfp8});
+  }
+  for (int t : {1, 33}) cases.push_back({"odd_E5_k3_H96_I160", MoeShape{5, 3, 96, 160, 1}, t, ActivationFormat::kMxfp8});
   return cases;
 }
 

@@ -1,7 +1,10 @@
 // The GPU MoE layer against the CPU reference: every kernel family, both model shapes and odd
 // ones, token counts from 1 to 1024, skewed routing, the routing and permutation themselves,
-// determinism, CUDA-graph capture, and argument checks. Outputs and workspaces are poisoned (NaN,
-// -1) before every run, so an element nothing wrote cannot pass.
+// determinism, CUDA-graph capture, and argument checks. The layer, skewed and determinism tests run
+// the bf16 families against the reference with bf16 activations and the block-scaled family
+// (MXFP8 activations; on a GPU other than a 12.x one its twin) against the reference computed with
+// MXFP8 activations. Outputs and workspaces are poisoned (NaN, -1) before every run, so an element
+// nothing wrote cannot pass.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -9,6 +12,7 @@
 #include <cstring>
 #include <numeric>
 #include <optional>
+#include <tuple>
 
 #include "common/random.hpp"
 #include "dequant_probe.hpp"
@@ -53,8 +57,9 @@ TEST_P(GpuLayer, EveryTacticMatchesTheReference) {
   const auto& layer = test_layer(c.shape, 17);
   const std::vector<Bf16> x = make_activations(c.tokens, c.shape.hidden, 1000 + c.tokens);
   const std::vector<float> logits = router_logits(layer.weights, x, c.tokens);
-  const ReferenceResult ref = reference_forward_from_logits(layer.weights, x, c.tokens, logits);
-  for (const auto& [name, plan] : plans_to_test(c.shape)) {
+  const ReferenceResult ref =
+      reference_forward_from_logits(layer.weights, x, c.tokens, logits, {.activations = c.activations});
+  for (const auto& [name, plan] : plans_to_test(c.shape, c.activations)) {
     const GpuResult g = run_gpu(*layer.runner, x, c.tokens, &logits, plan ? &*plan : nullptr);
     expect_routing(g, ref.routing, c.shape.num_experts, name);
     expect_close(g.out, ref.out, name);
@@ -82,20 +87,39 @@ std::vector<LayerCase> layer_cases() {
 
 INSTANTIATE_TEST_SUITE_P(Shapes, GpuLayer, ::testing::ValuesIn(layer_cases()), layer_case_name);
 
-class GpuSkewed : public ::testing::TestWithParam<int> {};
+// The block-scaled family over fewer counts of the same shapes (its twin on the H100 is slow), and
+// the shapes where its tiles meet half 64-K slices of padding in both stages (H = 96, I = 160;
+// I = 736: FC1's last 128-row tile holds one 32-column block and the padding block).
+std::vector<LayerCase> mxfp8_layer_cases() {
+  std::vector<LayerCase> cases;
+  auto add = [&](const char* name, MoeShape shape, std::initializer_list<int> tokens) {
+    for (int t : tokens) cases.push_back({name, shape, t, ActivationFormat::kMxfp8});
+  };
+  add("gpt_oss_20b", model_shape("gpt-oss-20b"), {1, 3, 8, 9, 31, 100, 255, 1024});
+  add("gpt_oss_120b", model_shape("gpt-oss-120b"), {1, 9, 100, 512});
+  add("odd_E5_k3_H96_I160", MoeShape{5, 3, 96, 160, 1}, {1, 7, 33});
+  add("tp4_E32_k4_H2880_I736", MoeShape{32, 4, 2880, 736, 1}, {9, 300});
+  add("many_E300_k4_H64_I96", MoeShape{300, 4, 64, 96, 1}, {1, 9});
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Mxfp8Shapes, GpuLayer, ::testing::ValuesIn(mxfp8_layer_cases()), layer_case_name);
+
+class GpuSkewed : public ::testing::TestWithParam<std::tuple<int, ActivationFormat>> {};
 
 // Every token's first choice is expert 0 (so it gets T rows, more than the GEMV's 8), the rest
 // spread; most experts get nothing at small T.
 TEST_P(GpuSkewed, AllTokensOnOneExpert) {
   MXMOE_REQUIRE_GPU();
-  const int tokens = GetParam();
+  const auto [tokens, activations] = GetParam();
   const MoeShape shape = model_shape("gpt-oss-20b");
   const auto& layer = test_layer(shape, 17);
   const std::vector<Bf16> x = make_activations(tokens, shape.hidden, 77);
   std::vector<float> logits = random_logits(tokens, shape.num_experts, 78);
   for (int t = 0; t < tokens; ++t) logits[static_cast<size_t>(t) * shape.num_experts] = 10.0f;
-  const ReferenceResult ref = reference_forward_from_logits(layer.weights, x, tokens, logits);
-  for (const auto& [name, plan] : plans_to_test(shape)) {
+  const ReferenceResult ref =
+      reference_forward_from_logits(layer.weights, x, tokens, logits, {.activations = activations});
+  for (const auto& [name, plan] : plans_to_test(shape, activations)) {
     const GpuResult g = run_gpu(*layer.runner, x, tokens, &logits, plan ? &*plan : nullptr);
     EXPECT_EQ(g.expert_counts[0], tokens);
     expect_routing(g, ref.routing, shape.num_experts, name);
@@ -103,7 +127,13 @@ TEST_P(GpuSkewed, AllTokensOnOneExpert) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Tokens, GpuSkewed, ::testing::Values(1, 9, 100, 512));
+INSTANTIATE_TEST_SUITE_P(Tokens, GpuSkewed,
+                         ::testing::Combine(::testing::Values(1, 9, 100, 512),
+                                            ::testing::Values(ActivationFormat::kBf16, ActivationFormat::kMxfp8)),
+                         [](const ::testing::TestParamInfo<std::tuple<int, ActivationFormat>>& info) {
+                           return std::to_string(std::get<0>(info.param)) + "_" +
+                                  activation_format_name(std::get<1>(info.param));
+                         });
 
 // Logits full of ties: a few values (+0 and -0 among them, which tie), NaN and -inf (which rank
 // below every number and tie with each other), so that most picks are decided by the lower-expert
@@ -170,7 +200,9 @@ TEST(GpuLayerDeterminism, BitIdenticalRunAfterRun) {
     const int tokens = 255;
     const std::vector<Bf16> x = make_activations(tokens, shape.hidden, 9);
     const std::vector<float> logits = random_logits(tokens, shape.num_experts, 10);
-    for (const auto& [name, plan] : plans_to_test(shape)) {
+    auto plans = plans_to_test(shape);
+    for (auto& mxfp8 : plans_to_test(shape, ActivationFormat::kMxfp8)) plans.push_back(std::move(mxfp8));
+    for (const auto& [name, plan] : plans) {
       const GpuResult a = run_gpu(*layer.runner, x, tokens, &logits, plan ? &*plan : nullptr);
       const GpuResult b = run_gpu(*layer.runner, x, tokens, &logits, plan ? &*plan : nullptr);
       ASSERT_TRUE(std::equal(a.out.begin(), a.out.end(), b.out.begin(),

@@ -39,14 +39,21 @@ constexpr OptionSpec kOptions[] = {
     {"breakdown", "", "also time each stage in the graph (routing, FC1, FC2, un-permute) against its bytes"},
     {"json", "FILE", "also write every number as JSON"},
     {"plan", "FC1[,FC2]", "time this plan instead of the runner's (one whole-layer tactic names both stages)"},
+    {"activations", "bf16|mxfp8", "the runners' activations (default bf16; mxfp8: the block-scaled tiles)"},
 };
 
 constexpr CommandSpec kSpec{
-    "bench", "[--model M|all] [--tokens LIST] [--layers N] [--replays N] [--skewed] [--compare] [--breakdown] [--json FILE] [--plan FC1[,FC2]]",
+    "bench", "[--model M|all] [--tokens LIST] [--layers N] [--replays N] [--skewed] [--compare] [--breakdown] [--json FILE] [--plan FC1[,FC2]]\n"
+    "                   [--activations bf16|mxfp8]",
     "Times the whole MoE layer (routing, permutation, FC1 + SwiGLU, FC2, weighted un-permute) against the\n"
-    "device's own measured ceilings: streaming-read bandwidth and the cuBLAS bf16 matmul rate.",
+    "device's own measured ceilings: streaming-read bandwidth and the cuBLAS bf16 matmul rate. Each row's\n"
+    "output is checked against the CPU reference with the plan's activations (rel.err); a row with MXFP8\n"
+    "activations also prints their cost, its error against the reference with bf16 activations.",
     kOptions};
 
+// Against the CPU reference with the plan's activations: the GPU and the CPU compute the same
+// function, so MXFP8 rows take bf16's bound (../shared/docs/BENCHMARK.md); what MXFP8 costs is the
+// separate `cost` figure (docs/block-scaled.md).
 constexpr double kMaxRelativeError = 1e-2;
 
 struct Row {
@@ -56,7 +63,9 @@ struct Row {
   double bytes = 0, touched_experts = 0;
   double gbs = 0, read_fraction = 0, tflops = 0, bf16_fraction = 0;
   std::string fc1, fc2;
+  std::string activations = "bf16";
   double rel_error = 0;
+  double cost = 0;  // MXFP8 activations: the error against the reference with bf16 activations
   double tokens_per_s = 0;
   double heuristic_us = 0;  // --compare: the heuristic plan's time (0 when not measured)
   // --breakdown: in-graph time of each stage (prefix differences), 0 when not measured
@@ -67,11 +76,11 @@ struct Row {
   bool whole_layer = false, routing_in_fc1 = false;
 };
 
-// --plan: "FC1,FC2", or one whole-layer tactic for both stages.
+// --plan: "FC1,FC2", or one whole-layer tactic for both stages; the activations FC1's family takes.
 LayerPlan parse_plan(const std::string& text) {
   const size_t comma = text.find(',');
   const Tactic fc1 = parse_tactic(text.substr(0, comma));
-  return {fc1, comma == std::string::npos ? fc1 : parse_tactic(text.substr(comma + 1))};
+  return {fc1, comma == std::string::npos ? fc1 : parse_tactic(text.substr(comma + 1)), activations_of(fc1)};
 }
 
 Row bench_tokens(const std::string& model, LayerRotation& rotation, int tokens, int replays, bool skewed,
@@ -87,7 +96,9 @@ Row bench_tokens(const std::string& model, LayerRotation& rotation, int tokens, 
   row.us_median = timing.median_us;
   row.us_min = timing.min_us;
   row.us_max = timing.max_us;
-  row.rel_error = rotation.first_layer_error();
+  row.activations = activation_format_name(plan.activations);
+  row.rel_error = rotation.first_layer_error(plan.activations);
+  if (plan.activations == ActivationFormat::kMxfp8) row.cost = rotation.first_layer_error(ActivationFormat::kBf16);
   row.touched_experts = rotation.touched_experts();
   row.bytes = rotation.counted_bytes();
   const double flops = 2.0 * tokens * shape.top_k * (3.0 * shape.hidden * shape.intermediate);
@@ -124,18 +135,21 @@ Row bench_tokens(const std::string& model, LayerRotation& rotation, int tokens, 
 void print_table(const std::vector<Row>& rows, const Ceilings& c) {
   std::printf("\nceilings: read %.0f GB/s, bf16 matmul %.0f TFLOP/s\n", c.read_gbs, c.bf16_tflops);
   const bool compared = std::any_of(rows.begin(), rows.end(), [](const Row& r) { return r.heuristic_us > 0; });
-  std::printf("%-13s %5s %10s %17s %7s %6s %8s %6s %-24s %-24s %8s %8s%s\n", "model", "T", "us/layer", "min-max",
-              "GB/s", "%read", "TFLOP/s", "%bf16", "FC1", "FC2", "rel.err", "tok/s",
+  const bool mxfp8 = std::any_of(rows.begin(), rows.end(), [](const Row& r) { return r.activations == "mxfp8"; });
+  std::printf("%-13s %5s %10s %17s %7s %6s %8s %6s %-26s %-26s %5s %8s%s %8s%s\n", "model", "T", "us/layer", "min-max",
+              "GB/s", "%read", "TFLOP/s", "%bf16", "FC1", "FC2", "act", "rel.err", mxfp8 ? "     cost" : "", "tok/s",
               compared ? "  heuristic us  tuned/heur" : "");
   for (const auto& r : rows) {
     char spread[32];
     std::snprintf(spread, sizeof(spread), "%.1f-%.1f", r.us_min, r.us_max);
     char comparison[48] = "";
     if (compared) std::snprintf(comparison, sizeof(comparison), "  %12.1f  %10.3f", r.heuristic_us, r.us_median / r.heuristic_us);
-    std::printf("%-13s %5d %10.1f %17s %7.0f %5.1f%% %8.1f %5.1f%% %-24s %-24s %8.1e %8.0f%s%s\n", r.model.c_str(),
-                r.tokens, r.us_median, spread, r.gbs, 100 * r.read_fraction, r.tflops, 100 * r.bf16_fraction,
-                r.fc1.c_str(), r.fc2.c_str(), r.rel_error, r.tokens_per_s, comparison,
-                r.rel_error < kMaxRelativeError ? "" : "  INACCURATE");
+    char cost[16] = "";
+    if (mxfp8) std::snprintf(cost, sizeof(cost), " %8.1e", r.cost);
+    std::printf("%-13s %5d %10.1f %17s %7.0f %5.1f%% %8.1f %5.1f%% %-26s %-26s %5s %8.1e%s %8.0f%s%s\n",
+                r.model.c_str(), r.tokens, r.us_median, spread, r.gbs, 100 * r.read_fraction, r.tflops,
+                100 * r.bf16_fraction, r.fc1.c_str(), r.fc2.c_str(), r.activations.c_str(), r.rel_error, cost,
+                r.tokens_per_s, comparison, r.rel_error < kMaxRelativeError ? "" : "  INACCURATE");
   }
 }
 
@@ -186,7 +200,8 @@ void write_json(const std::string& path, const std::vector<Row>& rows, const Cei
                             {"touched_experts", r.touched_experts}, {"gbs", r.gbs},
                             {"read_fraction", r.read_fraction}, {"tflops", r.tflops},
                             {"bf16_fraction", r.bf16_fraction}, {"fc1_tactic", r.fc1},
-                            {"fc2_tactic", r.fc2},         {"rel_error", r.rel_error},
+                            {"fc2_tactic", r.fc2},         {"activations", r.activations},
+                            {"rel_error", r.rel_error},    {"cost_vs_bf16", r.cost},
                             {"moe_tokens_per_s", r.tokens_per_s}, {"heuristic_us", r.heuristic_us},
                             {"routing_us", r.routing_us}, {"fc1_us", r.fc1_us}, {"fc2_us", r.fc2_us},
                             {"unpermute_us", r.unpermute_us}, {"whole_layer", r.whole_layer},
@@ -227,6 +242,12 @@ int bench_command(std::span<const std::string> args) {
       throw UsageError(std::string("--plan: ") + e.what());
     }
   }
+  RunnerOptions options;
+  try {
+    options.activations = parse_activation_format(parsed->get("activations", "bf16"));
+  } catch (const Error& e) {
+    throw UsageError(std::string("--activations: ") + e.what());
+  }
   if (list_gpus().empty()) throw Error("bench: no CUDA GPU is visible");
 
   const DeviceReport device = describe_device();
@@ -242,15 +263,21 @@ int bench_command(std::span<const std::string> args) {
   for (const auto& model : models) {
     std::printf("%s: building %d layers of distinct synthetic weights...\n", model.c_str(), num_layers);
     std::fflush(stdout);
-    LayerRotation rotation(model_shape(model), num_layers);
+    LayerRotation rotation(model_shape(model), num_layers, options);
     tuned = tuned || rotation.runner().tuned();
     for (int64_t tokens : token_counts) {
       rows.push_back(bench_tokens(model, rotation, static_cast<int>(tokens), replays, skewed, parsed->flag("compare"),
                                   parsed->flag("breakdown"), ceilings, forced));
       const Row& r = rows.back();
-      std::printf("  T=%-5d %9.1f us/layer  %6.0f GB/s  %5.1f TFLOP/s  rel.err %.1e\n", r.tokens, r.us_median, r.gbs,
+      std::printf("  T=%-5d %9.1f us/layer  %6.0f GB/s  %5.1f TFLOP/s  rel.err %.1e", r.tokens, r.us_median, r.gbs,
                   r.tflops, r.rel_error);
+      if (r.activations == "mxfp8") std::printf("  MXFP8 cost %.1e", r.cost);
+      std::printf("\n");
       std::fflush(stdout);
+    }
+    for (const BlockScaledCheckResult& c : rotation.runner().block_scaled_checks()) {
+      std::printf("  block-scaled check: %s against %s on %s: relative difference %.3e: %s\n", c.tactic.c_str(),
+                  c.reference.c_str(), c.device.c_str(), c.rel_difference, c.passed ? "passed" : "FAILED");
     }
   }
   print_table(rows, ceilings);

@@ -22,10 +22,11 @@ namespace {
 constexpr OptionSpec kOptions[] = {
     {"arch", "NAME", "sm_90a, sm_100a, sm_120a, sm_121a or all (prewarm, bench; default all / sm_90a)"},
     {"cache-dir", "DIR", "the cache directory (default $MXMOE_CACHE_DIR, $XDG_CACHE_HOME/mxmoe, ~/.cache/mxmoe)"},
+    {"family", "NAME", "prewarm, bench: only this kernel family's tactics (e.g. bsmma; default every family)"},
 };
 
 constexpr CommandSpec kSpec{
-    "cache", "ls|clear|prewarm|bench [--arch NAME|all] [--cache-dir DIR]",
+    "cache", "ls|clear|prewarm|bench [--arch NAME|all] [--cache-dir DIR] [--family NAME]",
     "Manages the on-disk cache of compiled expert kernels.\n"
     "  ls        list the entries: key, tactic, arch, size, age (and damage, if any)\n"
     "  clear     remove every entry\n"
@@ -53,10 +54,13 @@ struct Job {
   const Arch* arch;
 };
 
-std::vector<Job> table_jobs(const std::vector<const Arch*>& archs) {
+// The valid tactics of the archs, of one family when `family` is not empty.
+std::vector<Job> table_jobs(const std::vector<const Arch*>& archs, const std::string& family) {
   std::vector<Job> jobs;
   for (const Arch* a : archs) {
-    for (const Tactic& t : valid_tactics(a->name)) jobs.push_back({t, a});
+    for (const Tactic& t : valid_tactics(a->name)) {
+      if (family.empty() || t.family == family) jobs.push_back({t, a});
+    }
   }
   return jobs;
 }
@@ -100,8 +104,8 @@ int list(KernelCache& cache) {
   return 0;
 }
 
-int prewarm(KernelCache& cache, const std::vector<const Arch*>& archs) {
-  const auto jobs = table_jobs(archs);
+int prewarm(KernelCache& cache, const std::vector<const Arch*>& archs, const std::string& family) {
+  const auto jobs = table_jobs(archs, family);
   std::atomic<int> compiled{0}, ready{0};
   std::mutex print;
   const auto start = std::chrono::steady_clock::now();
@@ -119,10 +123,10 @@ int prewarm(KernelCache& cache, const std::vector<const Arch*>& archs) {
   return 0;
 }
 
-int bench(const std::vector<const Arch*>& archs) {
+int bench(const std::vector<const Arch*>& archs, const std::string& family) {
   const std::string scratch = std::filesystem::temp_directory_path() / ("mxmoe-cache-bench-" + std::to_string(getpid()));
   std::filesystem::remove_all(scratch);
-  const auto jobs = table_jobs(archs);
+  const auto jobs = table_jobs(archs, family);
   // Cold: one compile at a time, so each time is a compile's own.
   std::vector<double> cold;
   {
@@ -197,8 +201,14 @@ int cache_command(std::span<const std::string> args) {
     std::printf("%s: removed %zu entries\n", cache.dir().c_str(), cache.clear());
     return 0;
   }
-  if (action == "prewarm") return prewarm(cache, archs_of(parsed->get("arch", "all")));
-  if (action == "bench") return bench(archs_of(parsed->get("arch", "sm_90a")));
+  const std::string family = parsed->get("family", "");
+  if (!family.empty() && !family_by_prefix(family)) {
+    std::string known;
+    for (const KernelFamily* f : kernel_families()) known += (known.empty() ? "" : ", ") + std::string(f->prefix());
+    throw UsageError("--family: unknown kernel family '" + family + "' (expected one of " + known + ")");
+  }
+  if (action == "prewarm") return prewarm(cache, archs_of(parsed->get("arch", "all")), family);
+  if (action == "bench") return bench(archs_of(parsed->get("arch", "sm_90a")), family);
   throw UsageError("cache: unknown action '" + action + "' (expected ls, clear, prewarm or bench)");
 }
 

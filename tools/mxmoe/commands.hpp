@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "mxmoe/layer_weights.hpp"
+#include "mxmoe/runner.hpp"
 
 namespace mxmoe::cli {
 
@@ -23,7 +24,9 @@ struct GpuRun {
   std::vector<Bf16> out;  // [num_tokens, H]
   bool check_passed;
 };
+// `options` choose the runner's activations (MXFP8: the block-scaled tiles, checked against the
+// CPU reference with MXFP8 activations) and when it checks the block-scaled family first.
 GpuRun run_on_gpu(const MoeLayerWeights& weights, std::span<const Bf16> x, int num_tokens,
-                  const std::vector<float>* router_logits, bool check);
+                  const std::vector<float>* router_logits, bool check, const RunnerOptions& options = {});
 
 }  // namespace mxmoe::cli

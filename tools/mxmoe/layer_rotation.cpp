@@ -15,10 +15,10 @@ constexpr int kWarmReplays = 3;
 
 }  // namespace
 
-LayerRotation::LayerRotation(const MoeShape& shape, int num_layers) : shape_(shape) {
+LayerRotation::LayerRotation(const MoeShape& shape, int num_layers, const RunnerOptions& options) : shape_(shape) {
   for (int l = 0; l < num_layers; ++l) {
     MoeLayerWeights w = make_synthetic_layer(shape, layer_seed(1234, l));
-    layers_.push_back(std::make_unique<Layer>(Layer{MoeRunner(w), {}, {}, {}, {}, {}}));
+    layers_.push_back(std::make_unique<Layer>(Layer{MoeRunner(w, options), {}, {}, {}, {}, {}}));
     if (l == 0) first_weights_ = std::move(w);
   }
   cuda_check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
@@ -51,7 +51,7 @@ void LayerRotation::set_tokens(int tokens, bool skewed) {
   for (const auto& layer : layers_) layer->runner.prepare(tokens);
   workspace_ = DeviceBuffer(runner().workspace_size(tokens), "workspace");
   sample_ = sample_tokens(tokens, kCheckedTokens);
-  reference_.clear();
+  for (auto& reference : reference_) reference.clear();
 }
 
 LayerRotation::Timing LayerRotation::time(const LayerPlan* plan, int replays, double give_up_us, ForwardPart last) {
@@ -96,14 +96,16 @@ LayerRotation::Timing LayerRotation::time(const LayerPlan* plan, int replays, do
   return {us[us.size() / 2], us.front(), us.back()};
 }
 
-double LayerRotation::first_layer_error() {
+double LayerRotation::first_layer_error(ActivationFormat activations) {
   const Layer& first = *layers_.front();
   const size_t h = shape_.hidden, e = shape_.num_experts;
-  if (reference_.empty()) {
-    reference_ = reference_forward_from_logits(first_weights_, sample_rows<Bf16>(first.host_x, sample_, h),
-                                               static_cast<int>(sample_.size()),
-                                               sample_rows<float>(first.host_logits, sample_, e))
-                     .out;
+  std::vector<float>& reference = reference_[static_cast<int>(activations)];
+  if (reference.empty()) {
+    reference = reference_forward_from_logits(first_weights_, sample_rows<Bf16>(first.host_x, sample_, h),
+                                              static_cast<int>(sample_.size()),
+                                              sample_rows<float>(first.host_logits, sample_, e),
+                                              {.activations = activations})
+                    .out;
   }
   std::vector<Bf16> out(static_cast<size_t>(tokens_) * h);
   cuda_check(cudaMemcpy(out.data(), first.out.get(), out.size() * 2, cudaMemcpyDeviceToHost), "copying the output");
@@ -111,7 +113,7 @@ double LayerRotation::first_layer_error() {
   for (int t : sample_) {
     for (size_t j = 0; j < h; ++j) gpu.push_back(bf16_to_float(out[t * h + j]));
   }
-  return relative_error(gpu, std::vector<double>(reference_.begin(), reference_.end()));
+  return relative_error(gpu, std::vector<double>(reference.begin(), reference.end()));
 }
 
 double LayerRotation::touched_experts() const {

@@ -17,7 +17,8 @@ namespace mxmoe::cli {
 
 class LayerRotation {
  public:
-  LayerRotation(const MoeShape& shape, int num_layers);
+  // `options`: the runners' (their activations decide the plans the rotation runs when given none).
+  LayerRotation(const MoeShape& shape, int num_layers, const RunnerOptions& options = {});
   ~LayerRotation();
 
   const MoeShape& shape() const { return shape_; }
@@ -36,8 +37,8 @@ class LayerRotation {
   Timing time(const LayerPlan* plan, int replays, double give_up_us = 1e30, ForwardPart last = ForwardPart::kAll);
 
   // Relative error (by norm) of layer 0's output from the last timed run against the CPU
-  // reference, on up to 8 tokens spread over the batch.
-  double first_layer_error();
+  // reference computed with `activations`, on up to 8 tokens spread over the batch.
+  double first_layer_error(ActivationFormat activations = ActivationFormat::kBf16);
 
   // Averages over the layers, from the routing of the current inputs: distinct experts touched,
   // and bytes the layer must move (those experts' weights, scales, biases; activations in and out).
@@ -58,7 +59,7 @@ class LayerRotation {
   cudaStream_t stream_ = nullptr;
   int tokens_ = 0;
   std::vector<int> sample_;
-  std::vector<float> reference_;  // layer 0 on sample_, computed once per set_tokens
+  std::vector<float> reference_[2];  // layer 0 on sample_ per activation format, computed once per set_tokens
 };
 
 }  // namespace mxmoe::cli

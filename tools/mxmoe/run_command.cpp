@@ -28,7 +28,8 @@ constexpr OptionSpec kOptions[] = {
     {"device", "auto|cpu|gpu", "where to run (default auto: the GPU if there is one)"},
     {"seed", "S", "seed of the activations and of synthetic weights (default 0)"},
     {"check", "", "compare with a float64 evaluation and print the relative error"},
-    {"activations", "bf16|mxfp8", "the activations' format in the expert GEMMs (default bf16; mxfp8 on the CPU only)"},
+    {"activations", "bf16|mxfp8", "the activations' format in the expert GEMMs (default bf16; mxfp8: the block-scaled tiles)"},
+    {"self-check", "", "with --activations mxfp8 on a GPU: run the block-scaled family's first-use check on any GPU"},
     {"scheme", "openai|hf", "which names to read where a checkpoint holds the layer under both"},
     {"quantize-bf16-experts", "", "quantise a checkpoint's bf16 experts (a dequantised save) to MXFP4 on load"},
     {"input", "FILE", "the activations (and optionally router_logits) from a .safetensors or .npy file"},
@@ -38,7 +39,8 @@ constexpr OptionSpec kOptions[] = {
 constexpr CommandSpec kSpec{
     "run",
     "[--model M] [--checkpoint PATH [--scheme S] [--quantize-bf16-experts]] [--layer N] [--tokens T | --input FILE]\n"
-    "                 [--output FILE] [--device auto|cpu|gpu] [--activations bf16|mxfp8] [--seed S] [--check]",
+    "                 [--output FILE] [--device auto|cpu|gpu] [--activations bf16|mxfp8 [--self-check]] [--seed S]\n"
+    "                 [--check]",
     "Runs one MoE layer forward on seeded unit-normal bf16 activations (or those of --input) and prints the\n"
     "shape, the device, the time and a summary of the output (its norm and a checksum of its bf16 bits).\n"
     "With no --checkpoint the weights are synthetic MXFP4, seeded by --seed and the layer, identical to what\n"
@@ -166,12 +168,18 @@ int run_command(std::span<const std::string> args) {
     throw UsageError("--activations: expected bf16 or mxfp8, got '" + activations + "'");
   }
   const bool mxfp8 = activations == "mxfp8";
-  if (mxfp8 && device == "gpu") throw UsageError("--activations mxfp8: no GPU kernel takes MXFP8 activations yet; use --device cpu");
+  if (parsed->flag("self-check") && !mxfp8) throw UsageError("--self-check checks the MXFP8 path: add --activations mxfp8");
   const std::vector<GpuInfo> gpus = list_gpus();
   if (device == "gpu" && gpus.empty()) throw Error("--device gpu: no CUDA GPU is visible");
+  if (parsed->flag("self-check") && (device == "cpu" || gpus.empty())) {
+    throw UsageError("--self-check runs on a GPU: drop it or --device cpu");
+  }
   std::printf("layer: %s, layer %d, weights %s\n", weights.shape.describe().c_str(), layer, source.c_str());
-  if (device == "gpu" || (device == "auto" && !gpus.empty() && !mxfp8)) {
-    const GpuRun run = run_on_gpu(weights, x, input.num_tokens, logits, parsed->flag("check"));
+  if (device == "gpu" || (device == "auto" && !gpus.empty())) {
+    const RunnerOptions options{
+        .activations = mxfp8 ? ActivationFormat::kMxfp8 : ActivationFormat::kBf16,
+        .block_scaled_check = parsed->flag("self-check") ? BlockScaledCheck::kAlways : BlockScaledCheck::kOnSm12x};
+    const GpuRun run = run_on_gpu(weights, x, input.num_tokens, logits, parsed->flag("check"), options);
     write(run.out);
     if (!run.check_passed) throw Error("check failed: the GPU output disagrees with the CPU reference");
     return 0;

@@ -26,16 +26,18 @@ constexpr OptionSpec kOptions[] = {
     {"tokens", "LIST", "token-count buckets (default 1,2,4,5,8,9,16,32,64,128,256,512,1024,4096)"},
     {"layers", "N", "distinct layers rotated per timing (default 8, at least 8)"},
     {"replays", "N", "timed replays per candidate (default 10)"},
+    {"activations", "bf16|mxfp8", "tune the plans of this activation format (default bf16; mxfp8: the block-scaled tiles)"},
 };
 
 constexpr CommandSpec kSpec{
-    "tune", "[--model M|all] [--tokens LIST] [--layers N] [--replays N]",
+    "tune", "[--model M|all] [--tokens LIST] [--layers N] [--replays N] [--activations bf16|mxfp8]",
     "Times every valid tactic of this GPU's arch for FC1 and FC2 (with K splits) at each token-count bucket,\n"
     "checks each against the CPU reference, and stores the fastest plans in the cache directory's tuned\n"
     "table for this device (a plan other than the heuristic's only when timing both again, alternately,\n"
     "confirms it more than 1% faster); 'mxmoe run', 'mxmoe bench' and the library's forward() then use\n"
     "them (a batch takes the plan of the smallest tuned bucket at least its size; past the largest, the\n"
-    "heuristic's).",
+    "heuristic's). Plans with MXFP8 activations are tuned and stored apart, for runners that ask for them;\n"
+    "their candidates are checked against the CPU reference with MXFP8 activations.",
     kOptions};
 
 constexpr double kMaxRelativeError = 1e-2;
@@ -51,7 +53,7 @@ struct Best {
 // Times `plan` unless it is hopeless; keeps it when it is accurate and faster than `best`.
 void try_plan(LayerRotation& rotation, const LayerPlan& plan, int replays, Best& best) {
   const double us = rotation.time(&plan, replays, kGiveUpFactor * best.us).median_us;
-  const double error = rotation.first_layer_error();
+  const double error = rotation.first_layer_error(plan.activations);
   const bool accurate = error < kMaxRelativeError;
   std::printf("    %-24s %-24s %10.1f us%s\n", plan.fc1.name().c_str(), plan.fc2.name().c_str(), us,
               accurate ? "" : "  INACCURATE: not eligible");
@@ -91,6 +93,12 @@ int tune_command(std::span<const std::string> args) {
       parsed->get_int_list("tokens", {1, 2, 4, 5, 8, 9, 16, 32, 64, 128, 256, 512, 1024, 4096}, 1, 1 << 20);
   const int num_layers = static_cast<int>(parsed->get_int("layers", 8, 8, 64));
   const int replays = static_cast<int>(parsed->get_int("replays", 10, 3, 1000));
+  RunnerOptions options;
+  try {
+    options.activations = parse_activation_format(parsed->get("activations", "bf16"));
+  } catch (const Error& e) {
+    throw UsageError(std::string("--activations: ") + e.what());
+  }
   const std::vector<GpuInfo> gpus = list_gpus();
   if (gpus.empty()) throw Error("tune: no CUDA GPU is visible");
   const DeviceArch device = current_device_arch();
@@ -101,20 +109,28 @@ int tune_command(std::span<const std::string> args) {
     std::printf("%s on %s (%s): building %d layers...\n", model.c_str(), gpus.front().name.c_str(),
                 device.arch->name.data(), num_layers);
     std::fflush(stdout);
-    LayerRotation rotation(shape, num_layers);
+    LayerRotation rotation(shape, num_layers, options);
     std::map<int, TunedEntry> entries;
     for (int64_t bucket : buckets) {
       const int tokens = static_cast<int>(bucket);
       rotation.set_tokens(tokens, false);
       const LayerPlan heuristic = rotation.runner().heuristic_plan(tokens);
+      if (heuristic.activations != options.activations) {
+        throw Error("tune: the block-scaled family failed its first-use check on this device, so it has no " +
+                    std::string(activation_format_name(options.activations)) + " plans to tune");
+      }
       std::printf("  T=%d\n", tokens);
       Best best;
       try_plan(rotation, heuristic, replays, best);
       double heuristic_us = best.us;
-      const auto& tactics = valid_tactics(device.arch->name);
+      // The arch's tactics of the families that take these activations.
+      std::vector<Tactic> tactics;
+      for (const Tactic& t : valid_tactics(device.arch->name)) {
+        if (activations_of(t) == options.activations) tactics.push_back(t);
+      }
       for (const Tactic& fc1 : tactics) {
         if (!(fc1 == heuristic.fc1) && !LayerPlan{fc1, fc1}.whole_layer()) {
-          try_plan(rotation, {fc1, heuristic.fc2}, replays, best);
+          try_plan(rotation, {fc1, heuristic.fc2, options.activations}, replays, best);
         }
       }
       const Tactic best_fc1 = best.plan.fc1;
@@ -122,7 +138,7 @@ int tune_command(std::span<const std::string> args) {
         for (int split = 1; split <= kMaxKSplit; split *= 2) {
           Tactic t = fc2;
           t.k_split = split;
-          const LayerPlan plan{best_fc1, t};
+          const LayerPlan plan{best_fc1, t, options.activations};
           if (plan == best.plan) continue;
           try {
             validate_plan(shape, plan, *device.arch);
@@ -133,7 +149,7 @@ int tune_command(std::span<const std::string> args) {
         }
       }
       for (const Tactic& t : tactics) {  // whole-layer plans: one tactic for both stages
-        if (LayerPlan{t, t}.whole_layer()) try_plan(rotation, {t, t}, replays, best);
+        if (LayerPlan{t, t}.whole_layer()) try_plan(rotation, {t, t, options.activations}, replays, best);
       }
       if (best.us >= 1e30) throw Error("tune: no accurate plan for " + model + " at T = " + std::to_string(tokens));
       if (!(best.plan == heuristic) && heuristic_us < 1e30) {
@@ -143,7 +159,8 @@ int tune_command(std::span<const std::string> args) {
       std::printf("  T=%d: tuned %s + %s %.1f us, heuristic %.1f us (%.2fx)\n", tokens, best.plan.fc1.name().c_str(),
                   best.plan.fc2.name().c_str(), best.us, heuristic_us, heuristic_us / best.us);
       std::fflush(stdout);
-      TunedPlans::store(cache_dir, gpus.front().name, *device.arch, shape, entries);  // after each bucket: kept if a later one fails
+      // After each bucket: kept if a later one fails.
+      TunedPlans::store(cache_dir, gpus.front().name, *device.arch, shape, entries, options.activations);
     }
     std::printf("%s: stored %zu plans in %s\n", model.c_str(), entries.size(),
                 TunedPlans::path(cache_dir, gpus.front().name, *device.arch).c_str());
