@@ -7,29 +7,12 @@
 #include "tactics/heuristic.hpp"
 
 namespace mxmoe {
-namespace {
-
-Tactic block_scaled_tile(int tile_tokens) {
-  if (tile_tokens <= 32) {
-    return {.family = "bsmma", .tile_rows = 128, .tile_tokens = tile_tokens, .warps_rows = 4, .smem_stages = 4};
-  }
-  return {.family = "bsmma",
-          .tile_rows = 128,
-          .tile_tokens = tile_tokens,
-          .warps_rows = 2,
-          .warps_tokens = tile_tokens / 32,
-          .smem_stages = 3};
-}
-
-}  // namespace
 
 LayerPlan heuristic_plan(const MoeShape& shape, int num_tokens, const Arch& arch, ActivationFormat activations) {
   if (activations == ActivationFormat::kBf16) return heuristic_plan(shape, num_tokens, arch);
   const long long pairs = static_cast<long long>(num_tokens) * shape.top_k;
   const long long rows_expected = (pairs + shape.num_experts - 1) / shape.num_experts;
-  int tile = 16;
-  while (tile < 128 && tile < rows_expected) tile *= 2;
-  const Tactic t = block_scaled_tile(tile);
+  const Tactic t = row_tile_for("bsmma", rows_expected);
   for (const Stage stage : {Stage::kFc1, Stage::kFc2}) {
     const StageShape stage_shape{shape, stage};
     if (const std::string why = family_of(t).why_invalid(t, arch, &stage_shape); !why.empty()) {

@@ -1,6 +1,8 @@
 #include "tactics/heuristic.hpp"
 
 #include <cmath>
+#include <string>
+#include <utility>
 
 #include "kernels/family_registry.hpp"
 
@@ -13,7 +15,7 @@ namespace {
 // in more than one wave, the stream-K GEMV with one 24-warp CTA per SM: 8 tokens per tile up to
 // ~4 expected rows per expert, 16 up to 12 (on the H100 it leads the wgmma family's 32-token tile
 // at 12 rows, by 7 % on gpt-oss-20b and 3 % on gpt-oss-120b, and trails it at 16;
-// docs/perf-notes.md, "the wgmma family, round 4").
+// docs/perf-notes.md, "the heuristic's tiles against the others").
 const Tactic kGemvFewFc1{
     .family = "gemv", .tile_rows = 64, .tile_tokens = 8, .warps_rows = 4, .warps_k = 2, .batch_records = 2};
 const Tactic kGemvFewFc2{
@@ -24,7 +26,7 @@ const Tactic kStreamK16{.family = "sk", .tile_rows = 384, .tile_tokens = 16, .wa
 constexpr long long kStreamK16RowsExpected = 12;
 
 // On sm_90a the wgmma family past the stream-K GEMV (H100, docs/perf-notes.md, "records by one
-// tensor copy" and "round 4"), its token tile the power of two that the expected rows per expert fill: 32 tokens
+// tensor copy" and "the heuristic's tiles against the others"), its token tile the power of two that the expected rows per expert fill: 32 tokens
 // (a 6-deep ring) below 32 rows, where it beats the mma tiles by ~1.26x at 16; 64 (5-deep) below
 // 64; 128 below 192; from 192 its 128-row x 256-token tile, whose m64n256 MMAs keep the tensor pipe
 // busier and which wins at 256 rows and up (at 128 the two tie or the first leads).
@@ -42,19 +44,21 @@ Tactic wgmma_tile(long long rows_expected) {
   return rows_expected >= kWgmma64RowsExpected ? kWgmma64 : kWgmma32;
 }
 
-Tactic mma_tile(int tile_tokens) {
+}  // namespace
+
+Tactic row_tile_for(std::string family, long long rows_expected) {
+  int tile_tokens = 16;
+  while (tile_tokens < 128 && tile_tokens < rows_expected) tile_tokens *= 2;
   if (tile_tokens <= 32) {
-    return {.family = "mma", .tile_rows = 128, .tile_tokens = tile_tokens, .warps_rows = 4, .smem_stages = 4};
+    return {.family = std::move(family), .tile_rows = 128, .tile_tokens = tile_tokens, .warps_rows = 4, .smem_stages = 4};
   }
-  return {.family = "mma",
+  return {.family = std::move(family),
           .tile_rows = 128,
           .tile_tokens = tile_tokens,
           .warps_rows = 2,
           .warps_tokens = tile_tokens / 32,
           .smem_stages = 3};
 }
-
-}  // namespace
 
 LayerPlan heuristic_plan(const MoeShape& shape, int num_tokens, const Arch& arch) {
   const long long pairs = static_cast<long long>(num_tokens) * shape.top_k;
@@ -75,14 +79,14 @@ LayerPlan heuristic_plan(const MoeShape& shape, int num_tokens, const Arch& arch
   }
   if (fits(kStreamK16) && rows_expected <= kStreamK16RowsExpected) return {kStreamK16, kStreamK16};
   if (const Tactic wgmma = wgmma_tile(rows_expected); fits(wgmma)) return {wgmma, wgmma};
-  int tile = 16;
-  while (tile < 128 && tile < rows_expected) tile *= 2;
-  return {mma_tile(tile), mma_tile(tile)};
+  const Tactic mma = row_tile_for("mma", rows_expected);
+  return {mma, mma};
 }
 
 std::vector<Tactic> default_tactics() {
   return {kGemvFewFc1,  kGemvFewFc2,  kGemvWide,    kStreamK,     kStreamK16,
-          mma_tile(16), mma_tile(32), mma_tile(64), mma_tile(128), kWgmma32,   kWgmma64,
+          row_tile_for("mma", 16), row_tile_for("mma", 32), row_tile_for("mma", 64), row_tile_for("mma", 128),
+          kWgmma32,     kWgmma64,
           kWgmmaPrefill, kWgmmaWide};
 }
 
