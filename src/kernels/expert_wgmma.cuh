@@ -1,24 +1,26 @@
 // The Hopper prefill family (sm_90a): a CTA computes kTileRows weight rows x kTileTokens sorted rows
 // of one expert on the warpgroup tensor cores. One producer thread fills a kStages-deep ring of
-// 64-K slices with two tensor copies a slice: the tile's activation rows (the input is in sorted
-// rows: FC2's always, FC1's x gathered so by the gather launch after the routing), which the copy
-// writes in the 128-byte swizzle wgmma reads, and the slice's records (kTileRows / 16 of them, 544
-// bytes each, as stored), both completing on the slot's "full" barrier (one bulk copy per record
-// kept the producer busy ~80 clocks a record, longer than the consumers' work on a slice).
+// 64-K slices by tensor copies: the tile's activation rows in 32-token boxes, as many as the tile
+// has tokens (the input is in sorted rows: FC2's always, FC1's x gathered so by the gather launch
+// after the routing), which the copy writes in the 128-byte swizzle wgmma reads, and the slice's
+// records (kTileRows / 16 of them, 544 bytes each, as stored) in one box, all completing on the
+// slot's "full" barrier (one bulk copy per record kept the producer busy ~80 clocks a record,
+// longer than the consumers' work on a slice).
 // kConsumerWarps / 4 consumer warpgroups each own 64 kWarpRecords weight rows: per slice a
 // consumer warp dequantises its kWarpRecords records into bf16 A fragments in registers
-// (mxfp4_fragment.cuh) and issues 4 kWarpRecords wgmma m64nNk16 with the activations as B from shared memory; the slice's MMAs run
-// while the warp dequantises the next slice into the other register set, and a slot is handed
-// back on its "empty" barrier once the MMAs that read it are done. Accumulators go straight to
-// the epilogue of the tiled families (store_accumulator_groups: FC1's bias and SwiGLU, FC2's bias and
-// K split). The producer warpgroup runs on 56 registers so that the consumers get the rest
-// (setmaxnreg); its other threads have nothing to do.
+// (mxfp4_fragment.cuh) and issues 4 kWarpRecords wgmma m64nNk16 with the activations as B from
+// shared memory, N the tile's tokens rounded up to 16; the slice's MMAs run while the warp
+// dequantises the next slice into the other register set, and a slot is handed back on its
+// "empty" barrier once the MMAs that read it are done. Accumulators go straight to the epilogue of
+// the tiled families (store_accumulator_groups: FC1's bias and SwiGLU, FC2's bias and K split).
+// The producer warpgroup runs on 56 registers so that the consumers get the rest (setmaxnreg); its
+// other threads have nothing to do.
 //
 // Grid (expert_wgmma_family.cpp): x = token-tile slot x row blocks, row block fastest, so that the
 // CTAs in flight together share a token tile's activations in L2 (upper bound on slots pairs /
 // kTileTokens + min(E, pairs); a CTA past the last tile exits); y = K split (FC2 only).
-// Budget per CTA and slice: kTileRows / 16 x 544 weight bytes and kTileTokens x 128 activation
-// bytes from L2, 2 x 64 kTileRows kTileTokens FLOPs; a 256 x 128 tile moves 24.6 KB per 4.2 MFLOP
+// Budget per CTA and slice: kTileRows / 16 x 544 weight bytes and up to kTileTokens x 128
+// activation bytes from L2, 2 x 64 kTileRows kTileTokens FLOPs; a 256 x 128 tile moves 24.6 KB per 4.2 MFLOP
 // (~24 bytes per SM clock at the H100's dense bf16 rate, within what the copy engine brings from
 // L2), and its dequantisation takes ~70 instructions per record per lane against 64 tensor clocks
 // per record at N = 128 (docs/perf-notes.md, "the wgmma family").
@@ -33,6 +35,11 @@ constexpr int kWgmmaTokenRowBytes = 128;  // one token's 64 K of bf16
 constexpr int kWgmmaAlign = 1024;         // the 128-byte swizzle's repeat: stage bases are aligned to it
 
 constexpr int align_wgmma(int bytes) { return (bytes + kWgmmaAlign - 1) / kWgmmaAlign * kWgmmaAlign; }
+
+// The activation rows of a tile arrive in boxes of this many tokens (the narrowest tile's), as
+// many as its tokens need (rounded up to 32, which also covers the MMA width they round up to): an
+// expert's partial last tile reads only the rows it multiplies, not the whole tile's.
+constexpr int kWgmmaBoxTokens = 32;
 
 // One slot: the activations (tile_tokens x 128 bytes, swizzled), then the records.
 constexpr int wgmma_stage_bytes(int tile_rows, int tile_tokens) {
@@ -70,33 +77,32 @@ struct FragmentSet {
   static constexpr int value = kSet;
 };
 
-// The MMA widths a token tile narrows to: 32, 64, 96, 128, 192, 256 (the next narrower of kN; 0
-// below 32). Steps of a quarter of the width above 64 keep a partial tile's padding under a
-// quarter of its MMA columns.
-__host__ __device__ constexpr int narrower_width(int n) { return n > 128 ? n - 64 : n > 64 ? n - 32 : n / 2 >= 32 ? n / 2 : 0; }
-
-// A consumer warpgroup's MMAs of one slice, at the narrowest width of narrower_width's chain from
-// kN that covers the tile's `tokens`: an expert's last, partial token tile then costs about what it
-// holds. The widths write prefixes of the same accumulators; `first`: the tile's first slice,
-// whose first k-step overwrites them. Each width commits its own MMAs as one group (a commit after
-// the branches compiles to an empty MMA, a group of its own).
-template <int kN, int kWarpRecords, int kAccumulators>
+// A consumer warpgroup's MMAs of one slice at width 16 c, for the c of [kLow, kHigh] that is the
+// narrowest to cover the tile's `tokens` (found by halving the range: four uniform branches for a
+// 256-token tile): an expert's partial token tile then costs the MMAs of what it holds, rounded up
+// to 16 tokens. The widths write prefixes of the same accumulators; `first`: the tile's first
+// slice, whose first k-step overwrites them. Each width commits its own MMAs as one group (a commit
+// after the branches compiles to an empty MMA, a group of its own).
+template <int kLow, int kHigh, int kWarpRecords, int kAccumulators>
 __device__ __forceinline__ void multiply_slice(float (&acc)[kWarpRecords][kAccumulators],
                                                const unsigned (&a)[kWarpRecords][4][4], unsigned long long descriptor,
                                                bool first, int tokens) {
-  constexpr int kNarrower = narrower_width(kN);
-  if constexpr (kNarrower > 0) {
-    if (tokens <= kNarrower) {
-      multiply_slice<kNarrower>(acc, a, descriptor, first, tokens);
-      return;
+  if constexpr (kLow < kHigh) {
+    constexpr int kMiddle = (kLow + kHigh) / 2;
+    if (tokens <= 16 * kMiddle) {
+      multiply_slice<kLow, kMiddle>(acc, a, descriptor, first, tokens);
+    } else {
+      multiply_slice<kMiddle + 1, kHigh>(acc, a, descriptor, first, tokens);
     }
-  }
+  } else {
+    wgmma_fence();  // here, not before the branches: ptxas would add one to each branch (C7519)
 #pragma unroll
-  for (int r = 0; r < kWarpRecords; ++r) {
+    for (int r = 0; r < kWarpRecords; ++r) {
 #pragma unroll
-    for (int j = 0; j < 4; ++j) WgmmaBf16<kN>::run(acc[r], a[r][j], descriptor + 2 * j, !first || j > 0);
+      for (int j = 0; j < 4; ++j) WgmmaBf16<16 * kLow>::run(acc[r], a[r][j], descriptor + 2 * j, !first || j > 0);
+    }
+    wgmma_commit();
   }
-  wgmma_commit();
 }
 
 template <int kTileRows, int kTileTokens, int kConsumerWarps, int kStages, bool kFc1>
@@ -111,7 +117,7 @@ __global__ void __launch_bounds__(kWgmmaProducerThreads + kConsumerWarps * 32, 1
   constexpr int kActivationBytes = kTileTokens * kWgmmaTokenRowBytes;
   static_assert(kConsumerWarps % 4 == 0 && kRecords % kConsumerWarps == 0, "whole records per consumer warp");
   static_assert(kTileTokens == 32 || kTileTokens == 64 || kTileTokens == 128 || kTileTokens == 256,
-                "a wgmma N of 32 to 256, and at most 256 rows in a tensor copy's box");
+                "whole activation boxes, and a wgmma N of at most 256");
   static_assert(kStages >= 2, "a pipeline needs two stages");
   unsigned char* smem = dynamic_smem();
   smem += (kWgmmaAlign - shared_address(smem) % kWgmmaAlign) % kWgmmaAlign;
@@ -139,14 +145,19 @@ __global__ void __launch_bounds__(kWgmmaProducerThreads + kConsumerWarps * 32, 1
   if (threadIdx.x < kWgmmaProducerThreads) {
     registers_decrease<kWgmmaProducerRegisters>();
     if (threadIdx.x != 0) return;  // one thread issues every copy
+    constexpr int kBoxBytes = kWgmmaBoxTokens * kWgmmaTokenRowBytes;  // a multiple of the swizzle's 1024-byte repeat
+    const int boxes = (tokens + kWgmmaBoxTokens - 1) / kWgmmaBoxTokens;
     for (int slice = 0; slice < k_slices; ++slice) {
       const int s = slice % kStages;
       if (slice >= kStages) mbarrier_wait(empty + 8 * s, (slice / kStages + 1) & 1);
       const unsigned stage = smem_base + s * kStageBytes;
       const int kt = kt_begin + slice;
-      mbarrier_arrive_expect_tx(full + 8 * s, kActivationBytes + kRecords * kRecordBytes);
-      tensor_copy_2d(stage, activations, kt * kRecordK, first_row, full + 8 * s);
+      mbarrier_arrive_expect_tx(full + 8 * s, boxes * kBoxBytes + kRecords * kRecordBytes);
       tensor_copy_3d(stage + kActivationBytes, weights, 0, kt, expert * row_tiles + first_row_tile, full + 8 * s);
+      for (int box = 0; box < boxes; ++box) {
+        const int row = first_row + box * kWgmmaBoxTokens;
+        tensor_copy_2d(stage + box * kBoxBytes, activations, kt * kRecordK, row, full + 8 * s);
+      }
     }
     return;
   }
@@ -178,8 +189,7 @@ __global__ void __launch_bounds__(kWgmmaProducerThreads + kConsumerWarps * 32, 1
     }
     dequantize_records(values, scale_words, a[set.value]);
     const unsigned long long descriptor = wgmma_descriptor_sw128(stage);
-    wgmma_fence();
-    multiply_slice<kTileTokens>(acc, a[set.value], descriptor, slice == 0, tokens);
+    multiply_slice<1, kTileTokens / 16>(acc, a[set.value], descriptor, slice == 0, tokens);
     wgmma_wait<1>();
     // Every consumer thread arrives: an arrival releases the arriving thread's own reads only.
     if (slice > 0) mbarrier_arrive(empty + 8 * ((slice - 1) % kStages));

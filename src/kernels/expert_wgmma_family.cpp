@@ -78,12 +78,12 @@ class WgmmaFamily final : public KernelFamily {
   }
 
   // The kernel takes (its stage's arguments, the K split, the tensor map of its input's sorted rows,
-  // [pairs, K] with boxes of 64 K x tile_tokens rows, and that of its records, E x row tiles of
+  // [pairs, K] with boxes of 64 K x kWgmmaBoxTokens rows, and that of its records, E x row tiles of
   // them, boxes of tile_rows / 16 row tiles of one K tile).
   void launch(const ExpertLaunch& l, const kernels::LayerArgs& args, cudaStream_t stream) const override {
     kernels::ExpertGemmArgs stage_args = stage_arguments(l, args);
     const long long pairs = static_cast<long long>(stage_args.num_tokens) * stage_args.top_k;
-    kernels::TensorMap input = bf16_rows_map(stage_args.input, stage_args.k, pairs, l.tactic.tile_tokens, l.what);
+    kernels::TensorMap input = bf16_rows_map(stage_args.input, stage_args.k, pairs, kernels::kWgmmaBoxTokens, l.what);
     const long long row_tiles = static_cast<long long>(stage_args.num_experts) * (stage_args.rows / kernels::kRecordRows);
     kernels::TensorMap weights =
         records_map(stage_args.records, row_tiles, stage_args.k_tiles, l.tactic.tile_rows / kernels::kRecordRows, l.what);

@@ -66,160 +66,117 @@ __device__ __forceinline__ void registers_increase() {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegisters));
 }
 
-// d = a * B + (accumulate ? d : 0): m64nNk16, bf16 inputs, fp32 accumulators, B K-major. `d` may
-// be longer than the N / 2 accumulators it writes (its first ones), so that one accumulator array
-// serves MMAs of several widths.
+// d = a * B + (accumulate ? d : 0): m64nNk16, bf16 inputs, fp32 accumulators, B K-major, for every N
+// that is a multiple of 16 (kN / 2 accumulators per thread, 8 for each 16 columns). `d` may be longer
+// than the accumulators it writes (its first ones), so that one accumulator array serves MMAs of
+// several widths.
+//
+// An asm statement needs a literal operand list, so the lists are spelled by macros 16 columns at a
+// time: MXMOE_WGMMA_D<c> lists the first 8 c accumulators as operands %0 .. %(8 c - 1),
+// MXMOE_WGMMA_S<c> names them in the instruction, and the width's four A registers, the B
+// descriptor and the accumulate flag follow as operands 8 c .. 8 c + 5.
 template <int kN>
 struct WgmmaBf16;
-template <>
-struct WgmmaBf16<32> {
-  template <int kAccumulators>
-  static __device__ __forceinline__ void run(float (&d)[kAccumulators], const unsigned (&a)[4], unsigned long long b,
-                                             bool accumulate) {
-    static_assert(kAccumulators >= 16, "N = 32 writes 16 accumulators per thread");
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 {"
-        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
-        "}, {%16, %17, %18, %19}, %20, p, 1, 1, 0;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(static_cast<int>(accumulate)));
-  }
-};
-template <>
-struct WgmmaBf16<64> {
-  template <int kAccumulators>
-  static __device__ __forceinline__ void run(float (&d)[kAccumulators], const unsigned (&a)[4], unsigned long long b,
-                                             bool accumulate) {
-    static_assert(kAccumulators >= 32, "N = 64 writes 32 accumulators per thread");
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
-        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
-        "}, {%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(static_cast<int>(accumulate)));
-  }
-};
-template <>
-struct WgmmaBf16<96> {
-  template <int kAccumulators>
-  static __device__ __forceinline__ void run(float (&d)[kAccumulators], const unsigned (&a)[4], unsigned long long b,
-                                             bool accumulate) {
-    static_assert(kAccumulators >= 48, "N = 96 writes 48 accumulators per thread");
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %53, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n96k16.f32.bf16.bf16 {"
-        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47"
-        "}, {%48, %49, %50, %51}, %52, p, 1, 1, 0;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(static_cast<int>(accumulate)));
-  }
-};
-template <>
-struct WgmmaBf16<128> {
-  template <int kAccumulators>
-  static __device__ __forceinline__ void run(float (&d)[kAccumulators], const unsigned (&a)[4], unsigned long long b,
-                                             bool accumulate) {
-    static_assert(kAccumulators >= 64, "N = 128 writes 64 accumulators per thread");
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
-        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
-        "}, {%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(static_cast<int>(accumulate)));
-  }
-};
-template <>
-struct WgmmaBf16<192> {
-  template <int kAccumulators>
-  static __device__ __forceinline__ void run(float (&d)[kAccumulators], const unsigned (&a)[4], unsigned long long b,
-                                             bool accumulate) {
-    static_assert(kAccumulators >= 96, "N = 192 writes 96 accumulators per thread");
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %101, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n192k16.f32.bf16.bf16 {"
-        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
-        "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
-        "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95"
-        "}, {%96, %97, %98, %99}, %100, p, 1, 1, 0;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
-          "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
-          "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
-          "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
-          "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(static_cast<int>(accumulate)));
-  }
-};
-template <>
-struct WgmmaBf16<256> {
-  template <int kAccumulators>
-  static __device__ __forceinline__ void run(float (&d)[kAccumulators], const unsigned (&a)[4], unsigned long long b,
-                                             bool accumulate) {
-    static_assert(kAccumulators >= 128, "N = 256 writes 128 accumulators per thread");
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
-        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
-        "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
-        "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
-        "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
-        "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
-        "}, {%128, %129, %130, %131}, %132, p, 1, 1, 0;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
-          "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
-          "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
-          "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
-          "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
-          "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
-          "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
-          "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
-          "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(static_cast<int>(accumulate)));
-  }
-};
+
+#define MXMOE_WGMMA_D(i)                                                                                         \
+  "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), "+f"(d[i + 6]), \
+      "+f"(d[i + 7])
+#define MXMOE_WGMMA_D1 MXMOE_WGMMA_D(0)
+#define MXMOE_WGMMA_D2 MXMOE_WGMMA_D1, MXMOE_WGMMA_D(8)
+#define MXMOE_WGMMA_D3 MXMOE_WGMMA_D2, MXMOE_WGMMA_D(16)
+#define MXMOE_WGMMA_D4 MXMOE_WGMMA_D3, MXMOE_WGMMA_D(24)
+#define MXMOE_WGMMA_D5 MXMOE_WGMMA_D4, MXMOE_WGMMA_D(32)
+#define MXMOE_WGMMA_D6 MXMOE_WGMMA_D5, MXMOE_WGMMA_D(40)
+#define MXMOE_WGMMA_D7 MXMOE_WGMMA_D6, MXMOE_WGMMA_D(48)
+#define MXMOE_WGMMA_D8 MXMOE_WGMMA_D7, MXMOE_WGMMA_D(56)
+#define MXMOE_WGMMA_D9 MXMOE_WGMMA_D8, MXMOE_WGMMA_D(64)
+#define MXMOE_WGMMA_D10 MXMOE_WGMMA_D9, MXMOE_WGMMA_D(72)
+#define MXMOE_WGMMA_D11 MXMOE_WGMMA_D10, MXMOE_WGMMA_D(80)
+#define MXMOE_WGMMA_D12 MXMOE_WGMMA_D11, MXMOE_WGMMA_D(88)
+#define MXMOE_WGMMA_D13 MXMOE_WGMMA_D12, MXMOE_WGMMA_D(96)
+#define MXMOE_WGMMA_D14 MXMOE_WGMMA_D13, MXMOE_WGMMA_D(104)
+#define MXMOE_WGMMA_D15 MXMOE_WGMMA_D14, MXMOE_WGMMA_D(112)
+#define MXMOE_WGMMA_D16 MXMOE_WGMMA_D15, MXMOE_WGMMA_D(120)
+#define MXMOE_WGMMA_S1 "%0, %1, %2, %3, %4, %5, %6, %7"
+#define MXMOE_WGMMA_S2 MXMOE_WGMMA_S1 ", %8, %9, %10, %11, %12, %13, %14, %15"
+#define MXMOE_WGMMA_S3 MXMOE_WGMMA_S2 ", %16, %17, %18, %19, %20, %21, %22, %23"
+#define MXMOE_WGMMA_S4 MXMOE_WGMMA_S3 ", %24, %25, %26, %27, %28, %29, %30, %31"
+#define MXMOE_WGMMA_S5 MXMOE_WGMMA_S4 ", %32, %33, %34, %35, %36, %37, %38, %39"
+#define MXMOE_WGMMA_S6 MXMOE_WGMMA_S5 ", %40, %41, %42, %43, %44, %45, %46, %47"
+#define MXMOE_WGMMA_S7 MXMOE_WGMMA_S6 ", %48, %49, %50, %51, %52, %53, %54, %55"
+#define MXMOE_WGMMA_S8 MXMOE_WGMMA_S7 ", %56, %57, %58, %59, %60, %61, %62, %63"
+#define MXMOE_WGMMA_S9 MXMOE_WGMMA_S8 ", %64, %65, %66, %67, %68, %69, %70, %71"
+#define MXMOE_WGMMA_S10 MXMOE_WGMMA_S9 ", %72, %73, %74, %75, %76, %77, %78, %79"
+#define MXMOE_WGMMA_S11 MXMOE_WGMMA_S10 ", %80, %81, %82, %83, %84, %85, %86, %87"
+#define MXMOE_WGMMA_S12 MXMOE_WGMMA_S11 ", %88, %89, %90, %91, %92, %93, %94, %95"
+#define MXMOE_WGMMA_S13 MXMOE_WGMMA_S12 ", %96, %97, %98, %99, %100, %101, %102, %103"
+#define MXMOE_WGMMA_S14 MXMOE_WGMMA_S13 ", %104, %105, %106, %107, %108, %109, %110, %111"
+#define MXMOE_WGMMA_S15 MXMOE_WGMMA_S14 ", %112, %113, %114, %115, %116, %117, %118, %119"
+#define MXMOE_WGMMA_S16 MXMOE_WGMMA_S15 ", %120, %121, %122, %123, %124, %125, %126, %127"
+#define MXMOE_WGMMA_BF16(n, c, a0, a1, a2, a3, b, accumulate)                                                   \
+  template <>                                                                                                        \
+  struct WgmmaBf16<n> {                                                                                              \
+    template <int kAccumulators>                                                                                     \
+    static __device__ __forceinline__ void run(float (&d)[kAccumulators], const unsigned (&a)[4],                    \
+                                               unsigned long long b_descriptor, bool accumulate_d) {                 \
+      static_assert(kAccumulators >= 8 * (c), "m64n" #n "k16 writes 8 accumulators per thread per 16 columns");      \
+      asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #accumulate ", 0;\n"                                         \
+                   "wgmma.mma_async.sync.aligned.m64n" #n "k16.f32.bf16.bf16 {" MXMOE_WGMMA_S##c "}, {%" #a0         \
+                   ", %" #a1 ", %" #a2 ", %" #a3 "}, %" #b ", p, 1, 1, 0;\n}\n"                                       \
+                   : MXMOE_WGMMA_D##c                                                                                \
+                   : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_descriptor),                                 \
+                     "r"(static_cast<int>(accumulate_d)));                                                           \
+    }                                                                                                                \
+  };
+MXMOE_WGMMA_BF16(16, 1, 8, 9, 10, 11, 12, 13)
+MXMOE_WGMMA_BF16(32, 2, 16, 17, 18, 19, 20, 21)
+MXMOE_WGMMA_BF16(48, 3, 24, 25, 26, 27, 28, 29)
+MXMOE_WGMMA_BF16(64, 4, 32, 33, 34, 35, 36, 37)
+MXMOE_WGMMA_BF16(80, 5, 40, 41, 42, 43, 44, 45)
+MXMOE_WGMMA_BF16(96, 6, 48, 49, 50, 51, 52, 53)
+MXMOE_WGMMA_BF16(112, 7, 56, 57, 58, 59, 60, 61)
+MXMOE_WGMMA_BF16(128, 8, 64, 65, 66, 67, 68, 69)
+MXMOE_WGMMA_BF16(144, 9, 72, 73, 74, 75, 76, 77)
+MXMOE_WGMMA_BF16(160, 10, 80, 81, 82, 83, 84, 85)
+MXMOE_WGMMA_BF16(176, 11, 88, 89, 90, 91, 92, 93)
+MXMOE_WGMMA_BF16(192, 12, 96, 97, 98, 99, 100, 101)
+MXMOE_WGMMA_BF16(208, 13, 104, 105, 106, 107, 108, 109)
+MXMOE_WGMMA_BF16(224, 14, 112, 113, 114, 115, 116, 117)
+MXMOE_WGMMA_BF16(240, 15, 120, 121, 122, 123, 124, 125)
+MXMOE_WGMMA_BF16(256, 16, 128, 129, 130, 131, 132, 133)
+#undef MXMOE_WGMMA_BF16
+#undef MXMOE_WGMMA_D
+#undef MXMOE_WGMMA_D1
+#undef MXMOE_WGMMA_D2
+#undef MXMOE_WGMMA_D3
+#undef MXMOE_WGMMA_D4
+#undef MXMOE_WGMMA_D5
+#undef MXMOE_WGMMA_D6
+#undef MXMOE_WGMMA_D7
+#undef MXMOE_WGMMA_D8
+#undef MXMOE_WGMMA_D9
+#undef MXMOE_WGMMA_D10
+#undef MXMOE_WGMMA_D11
+#undef MXMOE_WGMMA_D12
+#undef MXMOE_WGMMA_D13
+#undef MXMOE_WGMMA_D14
+#undef MXMOE_WGMMA_D15
+#undef MXMOE_WGMMA_D16
+#undef MXMOE_WGMMA_S1
+#undef MXMOE_WGMMA_S2
+#undef MXMOE_WGMMA_S3
+#undef MXMOE_WGMMA_S4
+#undef MXMOE_WGMMA_S5
+#undef MXMOE_WGMMA_S6
+#undef MXMOE_WGMMA_S7
+#undef MXMOE_WGMMA_S8
+#undef MXMOE_WGMMA_S9
+#undef MXMOE_WGMMA_S10
+#undef MXMOE_WGMMA_S11
+#undef MXMOE_WGMMA_S12
+#undef MXMOE_WGMMA_S13
+#undef MXMOE_WGMMA_S14
+#undef MXMOE_WGMMA_S15
+#undef MXMOE_WGMMA_S16
 
 }  // namespace mxmoe::kernels
