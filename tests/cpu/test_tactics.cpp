@@ -278,8 +278,8 @@ TEST(Heuristic, PinnedChoices) {
       {"gpt-oss-20b", 248, "wgmma.r256x32.w8.s6.k1", "wgmma.r256x32.w8.s6.k1"},  // expected 31 rows
       {"gpt-oss-20b", 249, "wgmma.r256x64.w8.s5.k1", "wgmma.r256x64.w8.s5.k1"},  // 32: 64 tokens a tile
       {"gpt-oss-20b", 504, "wgmma.r256x64.w8.s5.k1", "wgmma.r256x64.w8.s5.k1"},  // 63
-      {"gpt-oss-20b", 505, "wgmma.r256x128.w8.s4.k1", "wgmma.r256x128.w8.s4.k1"}, // 64: 128 tokens a tile
-      {"gpt-oss-20b", 1528, "wgmma.r256x128.w8.s4.k1", "wgmma.r256x128.w8.s4.k1"}, // 191
+      {"gpt-oss-20b", 505, "wgmma.r256x128.w8.s6.k1", "wgmma.r256x128.w8.s6.k1"}, // 64: 128 tokens a tile
+      {"gpt-oss-20b", 1528, "wgmma.r256x128.w8.s6.k1", "wgmma.r256x128.w8.s6.k1"}, // 191
       {"gpt-oss-20b", 1529, "wgmma.r128x256.w8.s4.k1", "wgmma.r128x256.w8.s4.k1"}, // 192: 256 tokens a tile
       {"gpt-oss-20b", 4096, "wgmma.r128x256.w8.s4.k1", "wgmma.r128x256.w8.s4.k1"},
       {"gpt-oss-120b", 1, "gemv.r64x8.w4x2.u2.k1", "gemv.r32x8.w2x4.u2.k1"},
@@ -291,8 +291,8 @@ TEST(Heuristic, PinnedChoices) {
       {"gpt-oss-120b", 992, "wgmma.r256x32.w8.s6.k1", "wgmma.r256x32.w8.s6.k1"},
       {"gpt-oss-120b", 993, "wgmma.r256x64.w8.s5.k1", "wgmma.r256x64.w8.s5.k1"},
       {"gpt-oss-120b", 2016, "wgmma.r256x64.w8.s5.k1", "wgmma.r256x64.w8.s5.k1"},
-      {"gpt-oss-120b", 2017, "wgmma.r256x128.w8.s4.k1", "wgmma.r256x128.w8.s4.k1"},
-      {"gpt-oss-120b", 6112, "wgmma.r256x128.w8.s4.k1", "wgmma.r256x128.w8.s4.k1"},
+      {"gpt-oss-120b", 2017, "wgmma.r256x128.w8.s6.k1", "wgmma.r256x128.w8.s6.k1"},
+      {"gpt-oss-120b", 6112, "wgmma.r256x128.w8.s6.k1", "wgmma.r256x128.w8.s6.k1"},
       {"gpt-oss-120b", 6113, "wgmma.r128x256.w8.s4.k1", "wgmma.r128x256.w8.s4.k1"},
   };
 
