@@ -26,11 +26,12 @@ const Tactic kStreamK16{.family = "sk", .tile_rows = 384, .tile_tokens = 16, .wa
 constexpr long long kStreamK16RowsExpected = 12;
 
 // On sm_90a the wgmma family past the stream-K GEMV (H100, docs/perf-notes.md, "records by one
-// tensor copy" and "the heuristic's tiles against the others"), its token tile the power of two that the expected rows per expert fill: 32 tokens
-// (a 6-deep ring) below 32 rows, where it beats the mma tiles by ~1.26x at 16; 64 (5-deep) below
-// 64; 128 (6-deep, 2-4 % ahead of 4-deep at 64 rows: "MMA widths in steps of 16") below 192; from
-// 192 its 128-row x 256-token tile, whose m64n256 MMAs keep the tensor pipe
-// busier and which wins at 256 rows and up (at 128 the two tie or the first leads).
+// tensor copy" and "the heuristic's tiles against the others"), its token tile the power of two
+// that the expected rows per expert fill: 32 tokens (a 6-deep ring) below 32 rows, where it beats
+// the mma tiles by ~1.26x at 16; 64 (5-deep) below 64; 128 (6-deep, 2-4 % ahead of 4-deep at 64
+// rows: "MMA widths in steps of 16") below 192; from 192 its 128-row x 256-token tile, whose
+// m64n256 MMAs keep the tensor pipe busier and which wins at 256 rows and up (at 128 the two tie
+// or the first leads).
 const Tactic kWgmma32{.family = "wgmma", .tile_rows = 256, .tile_tokens = 32, .warps_rows = 8, .smem_stages = 6};
 const Tactic kWgmma64{.family = "wgmma", .tile_rows = 256, .tile_tokens = 64, .warps_rows = 8, .smem_stages = 5};
 const Tactic kWgmmaPrefill{.family = "wgmma", .tile_rows = 256, .tile_tokens = 128, .warps_rows = 8, .smem_stages = 6};
