@@ -13,8 +13,9 @@
 // dequantises the next slice into the other register set, and a slot is handed back on its
 // "empty" barrier once the MMAs that read it are done. Accumulators go straight to the epilogue of
 // the tiled families (store_accumulator_groups: FC1's bias and SwiGLU, FC2's bias and K split).
-// The producer warpgroup runs on 56 registers so that the consumers get the rest (setmaxnreg); its
-// other threads have nothing to do.
+// The producer warpgroup runs on 24 registers so that the consumers get the rest (setmaxnreg: 240
+// a thread for two consumer warpgroups, room for a 256 x 144 tile's 144 accumulators beside two
+// fragment sets); its other threads have nothing to do.
 //
 // Grid (expert_wgmma_family.cpp): x = token-tile slot x row blocks, row block fastest, so that the
 // CTAs in flight together share a token tile's activations in L2 (upper bound on slots pairs /
@@ -41,9 +42,13 @@ constexpr int align_wgmma(int bytes) { return (bytes + kWgmmaAlign - 1) / kWgmma
 // expert's partial last tile reads only the rows it multiplies, not the whole tile's.
 constexpr int kWgmmaBoxTokens = 32;
 
-// One slot: the activations (tile_tokens x 128 bytes, swizzled), then the records.
+// A slot's activation bytes: the tile's tokens in whole boxes (128 bytes a token, swizzled).
+constexpr int wgmma_activation_bytes(int tile_tokens) {
+  return (tile_tokens + kWgmmaBoxTokens - 1) / kWgmmaBoxTokens * kWgmmaBoxTokens * kWgmmaTokenRowBytes;
+}
+// One slot: the activations, then the records.
 constexpr int wgmma_stage_bytes(int tile_rows, int tile_tokens) {
-  return tile_tokens * kWgmmaTokenRowBytes + align_wgmma(tile_rows / kRecordRows * kRecordBytes);
+  return wgmma_activation_bytes(tile_tokens) + align_wgmma(tile_rows / kRecordRows * kRecordBytes);
 }
 // Dynamic shared memory: slack to align the base, the slots, then a full and an empty barrier each.
 constexpr int wgmma_smem_bytes(int tile_rows, int tile_tokens, int stages) {
@@ -52,7 +57,7 @@ constexpr int wgmma_smem_bytes(int tile_rows, int tile_tokens, int stages) {
 
 // Registers per consumer thread once the producer warpgroup has given its share back: the 64K
 // registers of an SM over the CTA's threads, the producer holding kWgmmaProducerRegisters.
-constexpr int kWgmmaProducerRegisters = 56;
+constexpr int kWgmmaProducerRegisters = 24;
 constexpr int wgmma_consumer_registers(int consumer_warps) {
   const int per_thread = (65536 - kWgmmaProducerThreads * kWgmmaProducerRegisters) / (consumer_warps * 32) / 8 * 8;
   return per_thread > 240 ? 240 : per_thread;
@@ -67,6 +72,7 @@ namespace mxmoe::kernels {
 
 template <int kTileRows, int kTileTokens, int kConsumerWarps>
 struct WgmmaLayout {
+  static constexpr int kActivationBytes = wgmma_activation_bytes(kTileTokens);
   static constexpr int kStageBytes = wgmma_stage_bytes(kTileRows, kTileTokens);
   static constexpr int kConsumerRegisters = wgmma_consumer_registers(kConsumerWarps);
 };
@@ -114,10 +120,9 @@ __global__ void __launch_bounds__(kWgmmaProducerThreads + kConsumerWarps * 32, 1
   constexpr int kWarpRecords = kRecords / kConsumerWarps;  // 64-row MMA blocks per consumer warpgroup
   using Layout = WgmmaLayout<kTileRows, kTileTokens, kConsumerWarps>;
   constexpr int kStageBytes = Layout::kStageBytes;
-  constexpr int kActivationBytes = kTileTokens * kWgmmaTokenRowBytes;
+  constexpr int kActivationBytes = Layout::kActivationBytes;
   static_assert(kConsumerWarps % 4 == 0 && kRecords % kConsumerWarps == 0, "whole records per consumer warp");
-  static_assert(kTileTokens == 32 || kTileTokens == 64 || kTileTokens == 128 || kTileTokens == 256,
-                "whole activation boxes, and a wgmma N of at most 256");
+  static_assert(kTileTokens % 16 == 0 && kTileTokens <= 256, "MMA widths in steps of 16, a wgmma N of at most 256");
   static_assert(kStages >= 2, "a pipeline needs two stages");
   unsigned char* smem = dynamic_smem();
   smem += (kWgmmaAlign - shared_address(smem) % kWgmmaAlign) % kWgmmaAlign;

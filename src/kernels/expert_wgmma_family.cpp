@@ -8,9 +8,9 @@
 namespace mxmoe {
 namespace {
 
-// Per consumer thread: fp32 accumulators, at most 128 (the rest of its registers hold two sets of
-// dequantised fragments, 32 kWarpRecords, and addresses).
-constexpr int kMaxAccumulators = 128;
+// Per consumer thread: fp32 accumulators, at most 144 (of its 240 registers, two sets of dequantised
+// fragments take 32 kWarpRecords and addresses ~30; with 160 ptxas serialises the MMAs, C7512).
+constexpr int kMaxAccumulators = 144;
 
 Tactic wgmma(int tile_rows, int tile_tokens, int consumer_warps, int stages) {
   return {.family = "wgmma",
@@ -42,6 +42,8 @@ class WgmmaFamily final : public KernelFamily {
         {wgmma(192, 128, 12, 4), "65+ rows per expert: three consumer warpgroups; 192 divides 2880 and 5760"},
         {wgmma(256, 128, 8, 4), "65+ rows per expert: fewest bytes per FLOP (two 64-row blocks per warp)"},
         {wgmma(256, 128, 8, 6), "65+ rows per expert, 6-deep ring for long L2 latency"},
+        {wgmma(256, 144, 8, 5), "~128 rows per expert in one tile (a 128-token tile leaves half of them a second)"},
+        {wgmma(256, 144, 8, 6), "~128 rows per expert in one tile, 6-deep ring"},
         {wgmma(128, 256, 8, 4), "129+ rows per expert: each dequantised record feeds 256 tokens (half the dequantisation per FLOP)"},
         {wgmma(128, 256, 8, 5), "129+ rows per expert, 5-deep ring"},
     };
@@ -97,8 +99,8 @@ class WgmmaFamily final : public KernelFamily {
     if (arch.name != "sm_90a") return "wgmma runs on sm_90a only (" + std::string(arch.name) + " has none)";
     if (t.warps_rows != 8 && t.warps_rows != 12) return "8 or 12 consumer warps (2 or 3 warpgroups beside the producer's)";
     if (t.tile_rows % (16 * t.warps_rows) != 0) return "tile rows must split into whole 16-row records per warp";
-    if (t.tile_tokens != 32 && t.tile_tokens != 64 && t.tile_tokens != 128 && t.tile_tokens != 256)
-      return "tile tokens must be 32, 64, 128 or 256 (the wgmma N)";
+    if (t.tile_tokens < 32 || kernels::tile_size(kernels::tile_size_index(t.tile_tokens)) != t.tile_tokens)
+      return "tile tokens must be 32, 64, 128, 144 or 256 (a wgmma N the routing has tile offsets for)";
     const int accumulators = t.tile_rows / t.warps_rows / 16 * t.tile_tokens / 2;
     if (accumulators > kMaxAccumulators) {
       return std::to_string(accumulators) + " accumulators per thread (budget " + std::to_string(kMaxAccumulators) +

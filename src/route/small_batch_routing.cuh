@@ -109,7 +109,7 @@ __device__ __forceinline__ void scan_experts(const int* counts, int* offsets, in
     sums[0] += c;
     sums[1] += c > 0;
 #pragma unroll
-    for (int i = 0; i < kTileSizeCount; ++i) sums[2 + i] += (c + (8 << i) - 1) / (8 << i);
+    for (int i = 0; i < kTileSizeCount; ++i) sums[2 + i] += (c + tile_size(i) - 1) / tile_size(i);
   }
 #pragma unroll
   for (int q = 0; q < 2 + kTileSizeCount; ++q) {
@@ -130,7 +130,7 @@ __device__ __forceinline__ void scan_experts(const int* counts, int* offsets, in
 #pragma unroll
     for (int i = 0; i < kTileSizeCount; ++i) {
       route.tile_offsets[i * (num_experts + 1) + e] = sums[2 + i];
-      sums[2 + i] += (c + (8 << i) - 1) / (8 << i);
+      sums[2 + i] += (c + tile_size(i) - 1) / tile_size(i);
     }
   }
   if (lane == 31) {

@@ -101,11 +101,10 @@ std::vector<float> run_fc2(const Tactic& t, const Problem& p, cudaStream_t strea
   std::vector<int> offsets{0, p.tokens}, active{0, 1}, tile_offsets, sorted_pairs(p.tokens);
   for (int i = 0; i < kernels::kTileSizeCount; ++i) {
     tile_offsets.push_back(0);
-    tile_offsets.push_back((p.tokens + (8 << i) - 1) / (8 << i));
+    tile_offsets.push_back((p.tokens + kernels::tile_size(i) - 1) / kernels::tile_size(i));
   }
   for (int r = 0; r < p.tokens; ++r) sorted_pairs[r] = r;
-  int tile_index = 0;
-  while ((8 << tile_index) < t.tile_tokens) ++tile_index;
+  const int tile_index = kernels::tile_size_index(t.tile_tokens);
 
   const DeviceBuffer records = to_device(p.records, "records"), bias = to_device(p.bias, "bias");
   const DeviceBuffer input = mxfp8 ? to_device(p.mxfp8_rows, "MXFP8 rows") : to_device(p.bf16_rows, "bf16 rows");

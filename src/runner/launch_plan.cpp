@@ -48,7 +48,7 @@ LayerLaunch make_layer_launch(const MoeShape& shape, const Arch& arch, const Lay
     l.expert_launches.push_back(expert_launch(fc2_family, plan.fc2, fc2, fc2_kernels.fc2, "FC2"));
   }
   for (const auto& [stage, t] : {std::pair{0, &plan.fc1}, std::pair{1, &plan.fc2}}) {
-    while ((8 << l.tile_offsets_index[stage]) < t->tile_tokens) ++l.tile_offsets_index[stage];
+    l.tile_offsets_index[stage] = kernels::tile_size_index(t->tile_tokens);
   }
   return l;
 }

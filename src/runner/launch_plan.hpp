@@ -22,7 +22,7 @@ struct LayerLaunch {
   std::vector<ExpertLaunch> expert_launches;  // FC1's then FC2's, or the one whole-layer launch
   bool unpermute_launch = true;
   // Per stage, which of the routing's tile-offset prefix arrays its tactic reads
-  // (tile_tokens = 8 << index; route_buffers.hpp).
+  // (tile_size(index) = tile_tokens; route_buffers.hpp).
   int tile_offsets_index[2] = {0, 0};
 };
 

@@ -26,22 +26,26 @@ const Tactic kStreamK16{.family = "sk", .tile_rows = 384, .tile_tokens = 16, .wa
 constexpr long long kStreamK16RowsExpected = 12;
 
 // On sm_90a the wgmma family past the stream-K GEMV (H100, docs/perf-notes.md, "records by one
-// tensor copy" and "the heuristic's tiles against the others"), its token tile the power of two
-// that the expected rows per expert fill: 32 tokens (a 6-deep ring) below 32 rows, where it beats
-// the mma tiles by ~1.26x at 16; 64 (5-deep) below 64; 128 (6-deep, 2-4 % ahead of 4-deep at 64
-// rows: "MMA widths in steps of 16") below 192; from 192 its 128-row x 256-token tile, whose
-// m64n256 MMAs keep the tensor pipe busier and which wins at 256 rows and up (at 128 the two tie
-// or the first leads).
+// tensor copy", "the heuristic's tiles against the others" and "a 144-token tile"), its token tile
+// one that the expected rows per expert fill: 32 tokens (a 6-deep ring) below 32 rows, where it
+// beats the mma tiles by ~1.26x at 16; 64 (5-deep) below 64; 128 (6-deep, 2-4 % ahead of 4-deep at
+// 64 rows: "MMA widths in steps of 16") below 112; 144 below 144, which holds the experts of a
+// count above 128 in one tile (at 128 expected rows 10-11 % ahead of the 128-token tile, whose
+// second, nearly empty tiles cost ~0.4 of a full one); from 144 the 128-row x 256-token tile,
+// whose m64n256 MMAs keep the tensor pipe busier (1 % ahead at 144 rows, 11-14 % at 160-176).
 const Tactic kWgmma32{.family = "wgmma", .tile_rows = 256, .tile_tokens = 32, .warps_rows = 8, .smem_stages = 6};
 const Tactic kWgmma64{.family = "wgmma", .tile_rows = 256, .tile_tokens = 64, .warps_rows = 8, .smem_stages = 5};
 const Tactic kWgmmaPrefill{.family = "wgmma", .tile_rows = 256, .tile_tokens = 128, .warps_rows = 8, .smem_stages = 6};
+const Tactic kWgmma144{.family = "wgmma", .tile_rows = 256, .tile_tokens = 144, .warps_rows = 8, .smem_stages = 6};
 const Tactic kWgmmaWide{.family = "wgmma", .tile_rows = 128, .tile_tokens = 256, .warps_rows = 8, .smem_stages = 4};
 constexpr long long kWgmma64RowsExpected = 32;
 constexpr long long kWgmmaPrefillRowsExpected = 64;
-constexpr long long kWgmmaWideRowsExpected = 192;
+constexpr long long kWgmma144RowsExpected = 112;
+constexpr long long kWgmmaWideRowsExpected = 144;
 
 Tactic wgmma_tile(long long rows_expected) {
   if (rows_expected >= kWgmmaWideRowsExpected) return kWgmmaWide;
+  if (rows_expected >= kWgmma144RowsExpected) return kWgmma144;
   if (rows_expected >= kWgmmaPrefillRowsExpected) return kWgmmaPrefill;
   return rows_expected >= kWgmma64RowsExpected ? kWgmma64 : kWgmma32;
 }
@@ -89,7 +93,7 @@ std::vector<Tactic> default_tactics() {
   return {kGemvFewFc1,  kGemvFewFc2,  kGemvWide,    kStreamK,     kStreamK16,
           row_tile_for("mma", 16), row_tile_for("mma", 32), row_tile_for("mma", 64), row_tile_for("mma", 128),
           kWgmma32,     kWgmma64,
-          kWgmmaPrefill, kWgmmaWide};
+          kWgmmaPrefill, kWgmma144, kWgmmaWide};
 }
 
 }  // namespace mxmoe

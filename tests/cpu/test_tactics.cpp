@@ -13,6 +13,7 @@
 #include "jit/kernel_binary.hpp"
 #include "kernels/family_registry.hpp"
 #include "mxmoe/error.hpp"
+#include "route/route_buffers.hpp"
 #include "tactics/heuristic.hpp"
 #include "tactics/validate_plan.hpp"
 
@@ -43,12 +44,14 @@ BrokenRule first_broken_rule(const Tactic& t, const Arch& arch) {
     if (arch.name != "sm_90a") return {"wgmma on sm_90a only", "sm_90a only"};
     if (t.warps_rows != 8 && t.warps_rows != 12) return {"2 or 3 consumer warpgroups", "consumer warps"};
     if (t.tile_rows % (16 * t.warps_rows) != 0) return {"whole 16-row records per warp", "16-row records"};
-    if (t.tile_tokens != 32 && t.tile_tokens != 64 && t.tile_tokens != 128 && t.tile_tokens != 256)
-      return {"the wgmma N: 32, 64, 128 or 256 tokens", "32, 64, 128 or 256"};
-    if (t.tile_rows / t.warps_rows / 16 * t.tile_tokens / 2 > 128) return {"at most 128 accumulators", "accumulators"};
+    if (t.tile_tokens != 32 && t.tile_tokens != 64 && t.tile_tokens != 128 && t.tile_tokens != 144 &&
+        t.tile_tokens != 256)
+      return {"the wgmma N: 32, 64, 128, 144 or 256 tokens", "32, 64, 128, 144 or 256"};
+    if (t.tile_rows / t.warps_rows / 16 * t.tile_tokens / 2 > 144) return {"at most 144 accumulators", "accumulators"};
     if (t.smem_stages < 2) return {"at least 2 stages", "2 stages"};
-    // slack to align to 1024, per stage the swizzled activations and the records rounded to 1024, two barriers
-    const int stage_bytes = t.tile_tokens * 128 + (t.tile_rows / 16 * 544 + 1023) / 1024 * 1024;
+    // slack to align to 1024, per stage the swizzled activations in 32-token boxes and the records rounded
+    // to 1024, two barriers
+    const int stage_bytes = (t.tile_tokens + 31) / 32 * 32 * 128 + (t.tile_rows / 16 * 544 + 1023) / 1024 * 1024;
     if (1024 + t.smem_stages * (stage_bytes + 16) > arch.smem_per_block)
       return {"the arch's shared memory", "shared memory"};
     return {};
@@ -133,6 +136,25 @@ TEST(TacticTable, ValidEntriesObeyTheRulesAndInvalidOnesSayWhy) {
 
 // Each mutation breaks a rule of every family that spells (or must leave at its default) the
 // field it changes; a table entry so mutated must be caught, and its reason must name the rule.
+// The routing precomputes tile offsets for an ascending list of tile sizes; every token-tiled
+// tactic (the mma, block-scaled and wgmma tiles) must tile by one of them exactly, else its CTAs
+// would walk another size's offsets.
+TEST(TacticTable, TiledTacticsTileByARoutingTileSize) {
+  for (int i = 1; i < kernels::kTileSizeCount; ++i) EXPECT_LT(kernels::tile_size(i - 1), kernels::tile_size(i));
+  EXPECT_EQ(kernels::tile_size(kernels::tile_size_index(144)), 144);
+  EXPECT_EQ(kernels::tile_size(kernels::tile_size_index(129)), 144);
+  EXPECT_EQ(kernels::tile_size(kernels::tile_size_index(145)), 256);
+  int tiled = 0;
+  for (const auto& arch : supported_archs()) {
+    for (const Tactic& t : valid_tactics(arch.name)) {
+      if (t.family != "mma" && t.family != "bsmma" && t.family != "wgmma") continue;
+      ++tiled;
+      EXPECT_EQ(kernels::tile_size(kernels::tile_size_index(t.tile_tokens)), t.tile_tokens) << t.name();
+    }
+  }
+  EXPECT_GT(tiled, 0);
+}
+
 TEST(TacticTable, MutatedEntriesAreCaught) {
   struct Mutation {
     const char* what;
@@ -279,8 +301,10 @@ TEST(Heuristic, PinnedChoices) {
       {"gpt-oss-20b", 249, "wgmma.r256x64.w8.s5.k1", "wgmma.r256x64.w8.s5.k1"},  // 32: 64 tokens a tile
       {"gpt-oss-20b", 504, "wgmma.r256x64.w8.s5.k1", "wgmma.r256x64.w8.s5.k1"},  // 63
       {"gpt-oss-20b", 505, "wgmma.r256x128.w8.s6.k1", "wgmma.r256x128.w8.s6.k1"}, // 64: 128 tokens a tile
-      {"gpt-oss-20b", 1528, "wgmma.r256x128.w8.s6.k1", "wgmma.r256x128.w8.s6.k1"}, // 191
-      {"gpt-oss-20b", 1529, "wgmma.r128x256.w8.s4.k1", "wgmma.r128x256.w8.s4.k1"}, // 192: 256 tokens a tile
+      {"gpt-oss-20b", 888, "wgmma.r256x128.w8.s6.k1", "wgmma.r256x128.w8.s6.k1"},  // 111
+      {"gpt-oss-20b", 889, "wgmma.r256x144.w8.s6.k1", "wgmma.r256x144.w8.s6.k1"},  // 112: 144 tokens a tile
+      {"gpt-oss-20b", 1144, "wgmma.r256x144.w8.s6.k1", "wgmma.r256x144.w8.s6.k1"}, // 143
+      {"gpt-oss-20b", 1145, "wgmma.r128x256.w8.s4.k1", "wgmma.r128x256.w8.s4.k1"}, // 144: 256 tokens a tile
       {"gpt-oss-20b", 4096, "wgmma.r128x256.w8.s4.k1", "wgmma.r128x256.w8.s4.k1"},
       {"gpt-oss-120b", 1, "gemv.r64x8.w4x2.u2.k1", "gemv.r32x8.w2x4.u2.k1"},
       {"gpt-oss-120b", 64, "sk.r384x8.w24.u2.k1", "sk.r384x8.w24.u2.k1"},   // expected 2 rows
@@ -292,8 +316,10 @@ TEST(Heuristic, PinnedChoices) {
       {"gpt-oss-120b", 993, "wgmma.r256x64.w8.s5.k1", "wgmma.r256x64.w8.s5.k1"},
       {"gpt-oss-120b", 2016, "wgmma.r256x64.w8.s5.k1", "wgmma.r256x64.w8.s5.k1"},
       {"gpt-oss-120b", 2017, "wgmma.r256x128.w8.s6.k1", "wgmma.r256x128.w8.s6.k1"},
-      {"gpt-oss-120b", 6112, "wgmma.r256x128.w8.s6.k1", "wgmma.r256x128.w8.s6.k1"},
-      {"gpt-oss-120b", 6113, "wgmma.r128x256.w8.s4.k1", "wgmma.r128x256.w8.s4.k1"},
+      {"gpt-oss-120b", 3552, "wgmma.r256x128.w8.s6.k1", "wgmma.r256x128.w8.s6.k1"},
+      {"gpt-oss-120b", 3553, "wgmma.r256x144.w8.s6.k1", "wgmma.r256x144.w8.s6.k1"},
+      {"gpt-oss-120b", 4576, "wgmma.r256x144.w8.s6.k1", "wgmma.r256x144.w8.s6.k1"},
+      {"gpt-oss-120b", 4577, "wgmma.r128x256.w8.s4.k1", "wgmma.r128x256.w8.s4.k1"},
   };
 
   const Arch& sm90 = arch_by_name("sm_90a");
