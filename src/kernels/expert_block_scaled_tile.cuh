@@ -10,7 +10,8 @@
 // quantises x after the routing, FC2's from FC1. Output: FC1 applies the SwiGLU to its fp32 sums,
 // keeps them in shared memory and quantises them (the same quantiser, a quad per 32-column block)
 // into FC2's MXFP8 rows, so a CTA's 128-row tiles hold whole 64-K slices of FC2's input; FC2
-// writes fp32 partial sums as the other per-stage families do (store_accumulators).
+// writes its outputs as the other per-stage families do (store_accumulators: bf16 rows in one K
+// split, fp32 partial sums with K splits).
 //
 // Grid (expert_block_scaled_tile_family.cpp): x = token-tile slot (pairs / kTileTokens + min(E,
 // pairs), the CTAs past the last tile exit), y = rows / kTileRows rounded up, z = K splits (FC2).

@@ -61,8 +61,9 @@ __device__ __forceinline__ float gpt_oss_swiglu(float glu, float lin) {
 // Stores a warp's accumulator tiles of one record and kGroups 8-token groups (group t's four at
 // acc[4 t]): `row_tile` is the record's row tile, `first_row` the sorted row of group 0's token 0,
 // `tokens` how many of the groups' tokens exist (the groups past them are skipped). FC2 adds the
-// bias in split 0 only. `fc1`, here and below, is a constant in the per-stage kernels and a
-// run-time value in the fused layer, which so keeps one copy of the weight loop. A lane's outputs
+// bias in split 0 only, and writes bf16 where it runs in one split (ExpertGemmArgs::output_bf16).
+// `fc1`, here and below, is a constant in the per-stage kernels and a run-time value in the fused
+// layer, which so keeps one copy of the weight loop. A lane's outputs
 // are addressed from one pointer by offsets of whole token rows, so a store costs an offset and a
 // predicate rather than a 64-bit product and a branch.
 template <int kGroups>
@@ -88,18 +89,29 @@ __device__ __forceinline__ void store_accumulator_groups(const ExpertGemmArgs& a
       }
     }
   } else {
+    // FC2: fp32 partials of its K split (the bias in split 0 only), or bf16 rows where it runs
+    // in one split (args.output_bf16).
+    const bool to_bf16 = args.output_bf16;
     const float bias_low = split == 0 ? bias[0] : 0.0f, bias_high = split == 0 ? bias[1] : 0.0f;
-    float* out = static_cast<float*>(args.output) + split * args.split_stride +
-                 static_cast<long long>(first_row + token) * args.rows + 16 * row_tile + g;
+    const long long first = (to_bf16 ? 0 : split * args.split_stride) +
+                            static_cast<long long>(first_row + token) * args.rows + 16 * row_tile + g;
+    float* out = static_cast<float*>(args.output) + first;
+    unsigned short* out_bf16 = static_cast<unsigned short*>(args.output) + first;
 #pragma unroll
     for (int t = 0; t < kGroups; ++t) {
       if (8 * t >= tokens) break;
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
         if (8 * t + token + i < tokens) {
-          float* y = out + (8 * t + i) * args.rows;
-          y[0] = acc[4 * t + i] + bias_low;
-          y[8] = acc[4 * t + 2 + i] + bias_high;
+          const int at = (8 * t + i) * args.rows;
+          const float low = acc[4 * t + i] + bias_low, high = acc[4 * t + 2 + i] + bias_high;
+          if (to_bf16) {
+            out_bf16[at] = float_to_bf16_bits(low);
+            out_bf16[at + 8] = float_to_bf16_bits(high);
+          } else {
+            out[at] = low;
+            out[at + 8] = high;
+          }
         }
       }
     }

@@ -22,8 +22,12 @@ struct ExpertGemmArgs {
   const int* expert_offsets;  // [E + 1]
   const int* active_experts;  // [E + 1]
   const int* tile_offsets;    // [E + 1] for the kernel's token-tile size (tiled and stream-K families)
-  void* output;               // FC1: bf16 [pairs, rows / 2]; FC2: fp32 [k_split][pairs, rows]
+  void* output;               // FC1: bf16 [pairs, rows / 2]; FC2: fp32 [k_split][pairs, rows], or bf16 below
   long long split_stride;     // FC2: elements between k-split partials
+  // FC2 in one K split, as a per-stage launch: its outputs are final, so it writes them as bf16
+  // [pairs, rows], half the bytes the un-permute reads back. 0: fp32 (K-split partials, or the
+  // fused layer, which sums its own fp32 rows).
+  int output_bf16;
   int staged_rows;            // GEMV-style families: token rows staged per pass, min(kTokens, the batch's tokens)
   // A GEMV plan's batch of at most kSmallBatchPairs pairs routes itself, with no routing kernel:
   // every CTA computes its part of the routing from these logits [T, E] in shared memory

@@ -1,6 +1,7 @@
 // The weighted un-permute: out[t] = sum over slots s of w(t, s) * (sum over k-splits of y[split][row(t, s)]),
 // slots in order and splits in order, so the result is bit-identical run after run; slots that go to
-// no expert (row -1) add nothing.
+// no expert (row -1) add nothing. y is FC2's fp32 partials, or its bf16 rows where it ran in one K
+// split (`bf16_rows`; ExpertGemmArgs::output_bf16).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -13,14 +14,15 @@ constexpr int kUnpermuteThreads = 128;  // each thread: 8 consecutive outputs of
 constexpr int kUnpermuteSlots = 32;     // slots whose rows and weights are staged at a time
 // Grid: x = tokens, y = column blocks of 8 x kUnpermuteThreads.
 
-// Budget: reads top_k x splits fp32 rows of H per token, writes H bf16; bandwidth-bound, small
+// Budget: reads top_k x splits fp32 rows (or top_k bf16 rows) of H per token, writes H bf16; bandwidth-bound, small
 // beside the expert weights at decode, where it is a latency term. The token's rows and weights
 // are staged before the wait on FC2 (the routing was complete before FC1 began), so that after it
 // every slot's row loads can be in flight at once. A small batch that routed itself in FC1 and FC2
 // (`route_logits` set) is routed again here, from the logits, also before the wait.
 __global__ void __launch_bounds__(kUnpermuteThreads)
-    unpermute_kernel(const float* y, long long split_stride, int k_split, int hidden, int top_k, RouteBuffers route,
-                     __nv_bfloat16* out, const float* route_logits, int num_tokens, int num_experts) {
+    unpermute_kernel(const void* y, int bf16_rows, long long split_stride, int k_split, int hidden, int top_k,
+                     RouteBuffers route, __nv_bfloat16* out, const float* route_logits, int num_tokens,
+                     int num_experts) {
   __shared__ int rows[kUnpermuteSlots];
   __shared__ float weights[kUnpermuteSlots];
   const int token = blockIdx.x;
@@ -61,13 +63,24 @@ __global__ void __launch_bounds__(kUnpermuteThreads)
 #pragma unroll 4
     for (int slot = 0; slot < slots; ++slot) {
       if (rows[slot] < 0) continue;  // a pair that goes to no expert
-      const float* row = y + static_cast<long long>(rows[slot]) * hidden + column;
+      const long long first = static_cast<long long>(rows[slot]) * hidden + column;
       float sum[8] = {};
-      for (int split = 0; split < k_split; ++split) {
-        const float4 lo = *reinterpret_cast<const float4*>(row + split * split_stride);
-        const float4 hi = *reinterpret_cast<const float4*>(row + split * split_stride + 4);
-        sum[0] += lo.x, sum[1] += lo.y, sum[2] += lo.z, sum[3] += lo.w;
-        sum[4] += hi.x, sum[5] += hi.y, sum[6] += hi.z, sum[7] += hi.w;
+      if (bf16_rows) {
+        const uint4 packed = *reinterpret_cast<const uint4*>(static_cast<const unsigned short*>(y) + first);
+        const unsigned words[4] = {packed.x, packed.y, packed.z, packed.w};
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          sum[2 * i] = __uint_as_float(words[i] << 16);
+          sum[2 * i + 1] = __uint_as_float(words[i] & 0xFFFF0000u);
+        }
+      } else {
+        const float* row = static_cast<const float*>(y) + first;
+        for (int split = 0; split < k_split; ++split) {
+          const float4 lo = *reinterpret_cast<const float4*>(row + split * split_stride);
+          const float4 hi = *reinterpret_cast<const float4*>(row + split * split_stride + 4);
+          sum[0] += lo.x, sum[1] += lo.y, sum[2] += lo.z, sum[3] += lo.w;
+          sum[4] += hi.x, sum[5] += hi.y, sum[6] += hi.z, sum[7] += hi.w;
+        }
       }
 #pragma unroll
       for (int i = 0; i < 8; ++i) acc[i] += weights[slot] * sum[i];

@@ -77,11 +77,13 @@ void launch_gather_quantize_rows(const __nv_bfloat16* x, int hidden, int top_k, 
          "quantising gather launch");
 }
 
-void launch_unpermute(const float* expert_out, long long split_stride, int k_split, int hidden, int top_k,
+void launch_unpermute(const void* expert_out, bool bf16_rows, long long split_stride, int k_split, int hidden, int top_k,
                       int num_tokens, const kernels::RouteBuffers& route, __nv_bfloat16* out, const float* route_logits,
                       int num_experts, cudaStream_t stream) {
   kernels::RouteBuffers r = route;
-  void* args[] = {&expert_out, &split_stride, &k_split, &hidden, &top_k, &r, &out, &route_logits, &num_tokens, &num_experts};
+  int bf16 = bf16_rows;
+  void* args[] = {&expert_out, &bf16, &split_stride, &k_split, &hidden, &top_k,
+                  &r,           &out,  &route_logits, &num_tokens, &num_experts};
   launch(reinterpret_cast<const void*>(kernels::unpermute_kernel),
          dim3(static_cast<unsigned>(num_tokens), blocks(hidden, 8 * kernels::kUnpermuteThreads)),
          dim3(kernels::kUnpermuteThreads), args, 0, stream, "un-permute launch");

@@ -262,7 +262,10 @@ void MoeRunner::Impl::run(const __nv_bfloat16* x, const kernels::RouteInput& in,
     fc1_input = sorted_input;
   }
   void* activation = ws + layout.activation;  // bf16 or MXFP8 rows, as the plan's activations
-  auto* expert_out = reinterpret_cast<float*>(ws + layout.expert_out);
+  void* expert_out = ws + layout.expert_out;
+  // FC2 in one K split as a launch of its own writes its final rows in bf16 (the fused layer sums
+  // its own fp32 rows).
+  const bool fc2_bf16 = launch.plan.fc2.k_split == 1 && !launch.plan.whole_layer();
   const float* route_logits = launch.routing_launch ? nullptr : in.logits;
   auto tile_offsets = [&](int stage) {
     return route.tile_offsets + launch.tile_offsets_index[stage] * (shape.num_experts + 1);
@@ -302,6 +305,7 @@ void MoeRunner::Impl::run(const __nv_bfloat16* x, const kernels::RouteInput& in,
               .tile_offsets = tile_offsets(1),
               .output = expert_out,
               .split_stride = split_stride,
+              .output_bf16 = fc2_bf16,
               .staged_rows = 0,  // each launch's own (ExpertLaunch::geometry)
               .route_logits = route_logits,
               .num_tokens = num_tokens,
@@ -319,8 +323,8 @@ void MoeRunner::Impl::run(const __nv_bfloat16* x, const kernels::RouteInput& in,
     if (last == (expert.stage == Stage::kFc1 ? ForwardPart::kFc1 : ForwardPart::kFc2)) return;
   }
   if (!launch.unpermute_launch) return;
-  launch_unpermute(expert_out, split_stride, launch.plan.fc2.k_split, shape.hidden, shape.top_k, num_tokens, route, out,
-                   route_logits, shape.num_experts, stream);
+  launch_unpermute(expert_out, fc2_bf16, split_stride, launch.plan.fc2.k_split, shape.hidden, shape.top_k, num_tokens,
+                   route, out, route_logits, shape.num_experts, stream);
 }
 
 namespace {

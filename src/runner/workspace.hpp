@@ -23,7 +23,7 @@ struct WorkspaceLayout {
   // FC1's output in sorted-row order: bf16 [pairs, I], or with MXFP8 activations MXFP8 rows of
   // K = I (kernels/mxfp8_quantize.cuh); room for the larger.
   size_t activation = 0;
-  size_t expert_out = 0;    // fp32 [kMaxKSplit][pairs, H]: FC2's partial outputs
+  size_t expert_out = 0;    // fp32 [kMaxKSplit][pairs, H]: FC2's partial outputs (bf16 [pairs, H] in one split)
   // x gathered into sorted-row order for an FC1 that reads it so: bf16 [pairs, H], or MXFP8 rows
   // of K = H. It shares expert_out's bytes: FC2 writes there only after its wait for FC1, which has
   // read it all.
