@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/hash.hpp"
+#include "common/warnings.hpp"
 #include "jit/embedded_sources.hpp"
 #include "kernels/family_registry.hpp"
 #include "mxmoe/error.hpp"
@@ -49,6 +50,13 @@ KernelBinary compile_tactic(const Tactic& tactic, const Arch& arch) {
   b.arch = std::string(arch.name);
   b.kernel_names = result.lowered_names;
   b.cubin = std::make_shared<const std::vector<uint8_t>>(result.cubin);
+  for (const AssemblerWarning& w : result.warnings) {
+    const std::string stage = w.function == result.lowered_names.at(0)   ? "FC1"
+                              : w.function == result.lowered_names.at(1) ? "FC2"
+                                                                         : "kernel " + w.function;
+    b.assembler_warnings.push_back(stage + ": " + w.message);
+    if (serialises_mma(w.message)) warn_once(b.tactic + " for " + b.arch + ", the assembler: " + b.assembler_warnings.back());
+  }
   b.compile_seconds = result.seconds;
   b.created_unix =
       std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
@@ -65,7 +73,8 @@ std::vector<uint8_t> serialize_entry(const KernelBinary& b) {
                                       {"nvrtc", nvrtc_version()},
                                       {"mxmoe", MXMOE_VERSION},
                                       {"compile_seconds", b.compile_seconds},
-                                      {"created_unix", b.created_unix}};
+                                      {"created_unix", b.created_unix},
+                                      {"assembler_warnings", b.assembler_warnings}};
   const std::string text = std::string(kMagic) + header.dump() + "\n";
   std::vector<uint8_t> bytes(text.begin(), text.end());
   bytes.insert(bytes.end(), b.cubin->begin(), b.cubin->end());
@@ -95,6 +104,8 @@ std::optional<KernelBinary> parse_entry(std::span<const uint8_t> bytes, const st
     b.kernel_names = header.at("kernels").get<std::vector<std::string>>();
     b.compile_seconds = header.at("compile_seconds").get<double>();
     b.created_unix = header.at("created_unix").get<int64_t>();
+    // Absent from entries of earlier versions (which `cache ls` still lists).
+    b.assembler_warnings = header.value("assembler_warnings", std::vector<std::string>{});
     if (!expected_key.empty() && b.key != expected_key) return fail("its key is " + b.key);
     const std::span<const uint8_t> payload(newline + 1, end);
     if (payload.size() != header.at("payload_bytes").get<size_t>()) {

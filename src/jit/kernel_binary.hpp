@@ -6,7 +6,8 @@
 // and the mxmoe version (k_split is a launch parameter and stays out).
 //
 // Entry format: the line "MXMOE-KERNEL 1", a one-line JSON header (key, tactic, arch, kernel names,
-// payload size and hash, compiler, compile time, creation time), then the cubin. A reader checks
+// payload size and hash, compiler, compile time, creation time, the assembler's performance
+// warnings), then the cubin. A reader checks
 // the magic, that the header parses, that the key is the one asked for, and the payload's size and
 // hash, so a truncated or damaged entry is never loaded.
 #pragma once
@@ -33,11 +34,17 @@ struct KernelBinary {
   std::string arch;
   std::vector<std::string> kernel_names;  // lowered names: FC1, FC2
   std::shared_ptr<const std::vector<uint8_t>> cubin;
+  // The assembler's performance warnings (AssemblerWarning), each as "FC1: <message>" or "FC2: ...".
+  // No tactic the families offer has its MMAs serialised, and only the GEMV-style decode kernels
+  // spill, a few words (tests/cpu/test_tactics.cpp, EveryValidTacticCompiles...).
+  std::vector<std::string> assembler_warnings;
   double compile_seconds = 0.0;
   int64_t created_unix = 0;
 };
 
-// Compiles with NVRTC; throws Error carrying the compiler's log.
+// Compiles with NVRTC; throws Error carrying the compiler's log. The assembler's performance
+// warnings are kept in the binary, and serialised MMAs also reported once each (warn_once): such a
+// tactic still runs correctly, only slower than its design.
 KernelBinary compile_tactic(const Tactic& tactic, const Arch& arch);
 
 std::vector<uint8_t> serialize_entry(const KernelBinary& binary);

@@ -149,6 +149,7 @@ std::vector<KernelCache::Listing> KernelCache::list() const {
       l.key = b->key;
       l.tactic = b->tactic;
       l.arch = b->arch;
+      l.assembler_warnings = b->assembler_warnings;
     } else if (!bytes) {
       l.problem = "unreadable";
     }

@@ -39,6 +39,7 @@ class KernelCache {
     size_t bytes = 0;
     double age_seconds = 0.0;
     std::string problem;  // non-empty for a damaged entry
+    std::vector<std::string> assembler_warnings;
   };
   std::vector<Listing> list() const;
   size_t clear() const;  // removes every entry, lock and log; returns the entries removed

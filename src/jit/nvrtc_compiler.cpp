@@ -3,6 +3,8 @@
 #include <nvrtc.h>
 
 #include <chrono>
+#include <regex>
+#include <sstream>
 
 #include "jit/embedded_sources.hpp"
 #include "mxmoe/error.hpp"
@@ -11,8 +13,40 @@ namespace mxmoe {
 
 const std::vector<std::string>& nvrtc_options() {
   // -default-device: plain (constexpr) helpers shared with the host compile as device functions.
-  static const std::vector<std::string> options{"-std=c++20", "-DNDEBUG", "--fmad=true", "-default-device"};
+  static const std::vector<std::string> options{"-std=c++20", "-DNDEBUG", "--fmad=true", "-default-device",
+                                                "--ptxas-options=--warn-on-spills"};
   return options;
+}
+
+std::vector<AssemblerWarning> assembler_warnings(std::string_view log) {
+  // ptxas info    : (C7512) Potential Performance Loss: wgmma.mma_async instructions are serialized due to
+  //                 insufficient register resources for the function '<name>'
+  // ptxas warning : Registers are spilled to local memory in function '<name>', 8 bytes spill stores, ...
+  static const std::regex line_form(R"(^ptxas (?:info|warning) *: *(.*?) (?:for|in) (?:the )?function '([^']*)'(.*)$)");
+  static const std::string kLoss = "Potential Performance Loss: ";
+  std::vector<AssemblerWarning> warnings;
+  std::istringstream lines{std::string(log)};
+  std::smatch m;
+  for (std::string line; std::getline(lines, line);) {
+    const bool loss = line.find(kLoss) != std::string::npos;
+    if (!loss && line.find("spilled to local memory") == std::string::npos) continue;
+    if (!std::regex_match(line, m, line_form)) {
+      warnings.push_back({"", line});  // a form this parser does not know still counts
+      continue;
+    }
+    std::string message = m[1].str() + m[3].str();
+    if (const auto at = message.find(kLoss); at != std::string::npos) message.erase(at, kLoss.size());
+    warnings.push_back({m[2].str(), message});
+  }
+  return warnings;
+}
+
+bool serialises_mma(std::string_view message) { return message.find("instructions are serialized") != std::string_view::npos; }
+
+int spill_store_bytes(std::string_view message) {
+  static const std::regex spill_form(R"((\d+) bytes spill stores)");
+  std::match_results<std::string_view::const_iterator> m;
+  return std::regex_search(message.begin(), message.end(), m, spill_form) ? std::stoi(m[1].str()) : 0;
 }
 
 std::string nvrtc_version() {
@@ -48,6 +82,7 @@ CompileResult compile_cuda(const CompileRequest& request) {
   if (log_size > 0) nvrtcGetProgramLog(program, result.log.data());
   while (!result.log.empty() && (result.log.back() == '\0' || result.log.back() == '\n')) result.log.pop_back();
   result.ok = status == NVRTC_SUCCESS;
+  result.warnings = assembler_warnings(result.log);
   if (result.ok) {
     size_t cubin_size = 0;
     nvrtcGetCUBINSize(program, &cubin_size);

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace mxmoe {
@@ -13,15 +14,32 @@ struct CompileRequest {
   std::string arch;                           // real target: "sm_90a", "sm_120f", ...
 };
 
+// A line in which the assembler says that the code it made runs slower than written: the warpgroup
+// MMAs serialised (ptxas's "Potential Performance Loss", C75xx: too few registers for the MMA
+// pipeline, accumulators written between its stages, ...) or registers spilled to local memory.
+// NVRTC succeeds with these; only its log tells.
+struct AssemblerWarning {
+  std::string function;  // the mangled kernel name the line names
+  std::string message;   // the line without its prefix and function, e.g. "(C7512) wgmma.mma_async
+                         // instructions are serialized due to insufficient register resources"
+};
+std::vector<AssemblerWarning> assembler_warnings(std::string_view log);
+// Whether a warning's message says the MMAs were serialised (C75xx), and the bytes of spill stores
+// it names (0 for any other).
+bool serialises_mma(std::string_view message);
+int spill_store_bytes(std::string_view message);
+
 struct CompileResult {
   bool ok = false;
   std::string log;                          // NVRTC's log (the assembler's message on a rejected instruction)
   std::vector<uint8_t> cubin;
   std::vector<std::string> lowered_names;   // mangled kernel names, one per name expression
+  std::vector<AssemblerWarning> warnings;   // assembler_warnings(log)
   double seconds = 0.0;
 };
 
-// The options every compile uses; part of every cache key.
+// The options every compile uses; part of every cache key. They include ptxas's --warn-on-spills,
+// so that spills reach the log beside the MMA serialisation notes ptxas prints anyway.
 const std::vector<std::string>& nvrtc_options();
 // "13.0"; throws Error if NVRTC cannot be loaded.
 std::string nvrtc_version();

@@ -128,6 +128,7 @@ std::vector<float> run_fc2(const Tactic& t, const Problem& p, cudaStream_t strea
               .tile_offsets = static_cast<const int*>(d_tiles.get()) + tile_index * (e + 1),
               .output = out.get(),
               .split_stride = static_cast<long long>(outputs),
+              .output_bf16 = 0,
               .staged_rows = 0,
               .route_logits = nullptr,
               .num_tokens = p.tokens,

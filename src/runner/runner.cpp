@@ -285,6 +285,7 @@ void MoeRunner::Impl::run(const __nv_bfloat16* x, const kernels::RouteInput& in,
               .tile_offsets = tile_offsets(0),
               .output = activation,
               .split_stride = 0,
+              .output_bf16 = 0,
               .staged_rows = 0,  // each launch's own (ExpertLaunch::geometry)
               .route_logits = route_logits,
               .num_tokens = num_tokens,

@@ -48,12 +48,14 @@ TEST(KernelEntry, RoundTripAndEveryDamageIsCaught) {
   b.arch = "sm_90a";
   b.kernel_names = {"fc1_kernel", "fc2_kernel"};
   b.cubin = std::make_shared<const std::vector<uint8_t>>(std::vector<uint8_t>{1, 2, 3, 4, 5, 6, 7, 8});
+  b.assembler_warnings = {"FC2: Registers are spilled to local memory, 8 bytes spill stores, 8 bytes spill loads"};
   const auto bytes = serialize_entry(b);
   std::string problem;
   const auto back = parse_entry(bytes, b.key, &problem);
   ASSERT_TRUE(back) << problem;
   EXPECT_EQ(*back->cubin, *b.cubin);
   EXPECT_EQ(back->kernel_names, b.kernel_names);
+  EXPECT_EQ(back->assembler_warnings, b.assembler_warnings);
 
   auto damaged = bytes;
   damaged.back() ^= 1;
@@ -63,6 +65,41 @@ TEST(KernelEntry, RoundTripAndEveryDamageIsCaught) {
   EXPECT_FALSE(parse_entry(std::span(bytes).first(20), b.key, &problem));
   EXPECT_FALSE(parse_entry(bytes, "ffffffffffffffffffffffffffffffff", &problem));
   EXPECT_FALSE(parse_entry(std::vector<uint8_t>{'M', 'X'}, b.key, &problem));
+}
+
+// The three forms ptxas prints (as NVRTC 13.0's log has them), and a line that is no warning.
+TEST(AssemblerWarnings, ParsedFromTheLog) {
+  const std::string log =
+      "ptxas info    : (C7512) Potential Performance Loss: wgmma.mma_async instructions are serialized due to "
+      "insufficient register resources for the function '_Z2k1v'\n"
+      "ptxas info    : (C7511) Potential Performance Loss: wgmma.mma_async instructions are serialized due to "
+      "insufficient register resources for the wgmma pipeline in the function '_Z2k2v'\n"
+      "ptxas warning : Registers are spilled to local memory in function '_Z2k2v', 16 bytes spill stores, 24 bytes "
+      "spill loads\n"
+      "ptxas info    : Used 168 registers, used 1 barriers\n";
+  const auto warnings = assembler_warnings(log);
+  ASSERT_EQ(warnings.size(), 3u);
+  EXPECT_EQ(warnings[0].function, "_Z2k1v");
+  EXPECT_EQ(warnings[0].message,
+            "(C7512) wgmma.mma_async instructions are serialized due to insufficient register resources");
+  EXPECT_EQ(warnings[1].function, "_Z2k2v");
+  EXPECT_EQ(warnings[1].message,
+            "(C7511) wgmma.mma_async instructions are serialized due to insufficient register resources for the "
+            "wgmma pipeline");
+  EXPECT_EQ(warnings[2].message, "Registers are spilled to local memory, 16 bytes spill stores, 24 bytes spill loads");
+  EXPECT_TRUE(assembler_warnings("ptxas info    : Used 168 registers\n").empty());
+}
+
+// The check can fail: a wgmma tile of 160 accumulators a thread, one step past the family's budget
+// (expert_wgmma_family.cpp), which the family refuses and ptxas serialises.
+TEST(AssemblerWarnings, AnOverBudgetWgmmaTileIsCaught) {
+  const CompileResult r = compile_cuda({"#include \"kernels/expert_wgmma.cuh\"\n",
+                                        {"&mxmoe::kernels::expert_wgmma_kernel<256, 160, 8, 6, true>"},
+                                        "sm_90a"});
+  ASSERT_TRUE(r.ok) << r.log;
+  ASSERT_FALSE(r.warnings.empty()) << r.log;
+  EXPECT_EQ(r.warnings.front().function, r.lowered_names.at(0));
+  EXPECT_NE(r.warnings.front().message.find("serialized"), std::string::npos) << r.warnings.front().message;
 }
 
 TEST(KernelCache, ColdCompileThenWarmLoad) {

@@ -409,8 +409,17 @@ TEST(ValidatePlan, ActivationsMustBeTheFamilies) {
   EXPECT_EQ(parse_activation_format(activation_format_name(ActivationFormat::kMxfp8)), ActivationFormat::kMxfp8);
 }
 
-// CI's check that the whole table builds: every valid tactic for every arch through NVRTC.
-TEST(TacticTable, EveryValidTacticCompilesForEveryArch) {
+// CI's check that the whole table builds: every valid tactic for every arch through NVRTC. It also
+// reads the assembler's performance warnings, which no run on a GPU names (the tactic is only
+// slower than its design): no tactic may have its MMAs serialised, the tensor-core tile families
+// (their loops hold the accumulators) may not spill, and the GEMV-style decode kernels spill at
+// most kDecodeSpillBytes of stores (with NVRTC 13.0: 4-20 bytes, a few words of state,
+// in 16 of the (tactic, arch) pairs of the gemv, sk, ring and fused families).
+TEST(TacticTable, EveryValidTacticCompilesForEveryArchWithoutSerialisedMmasOrSpilledTiles) {
+  constexpr int kDecodeSpillBytes = 32;
+  auto is_tile_family = [](const std::string& family) {
+    return family == "wgmma" || family == "mma" || family == "bsmma";
+  };
   struct Job {
     Tactic tactic;
     const Arch* arch;
@@ -429,6 +438,13 @@ TEST(TacticTable, EveryValidTacticCompilesForEveryArch) {
         try {
           const KernelBinary b = compile_tactic(jobs[j].tactic, *jobs[j].arch);
           if (b.cubin->empty() || b.kernel_names.size() != 2) throw Error("empty result");
+          for (const std::string& w : b.assembler_warnings) {
+            const int spilled = spill_store_bytes(w);
+            if (serialises_mma(w) || (spilled > 0 && is_tile_family(jobs[j].tactic.family)) ||
+                spilled > kDecodeSpillBytes) {
+              throw Error("the assembler: " + w);
+            }
+          }
         } catch (const std::exception& e) {
           std::lock_guard lock(mutex);
           failures.push_back(std::string(jobs[j].arch->name) + " " + jobs[j].tactic.name() + ": " + e.what());

@@ -28,7 +28,8 @@ constexpr OptionSpec kOptions[] = {
 constexpr CommandSpec kSpec{
     "cache", "ls|clear|prewarm|bench [--arch NAME|all] [--cache-dir DIR] [--family NAME]",
     "Manages the on-disk cache of compiled expert kernels.\n"
-    "  ls        list the entries: key, tactic, arch, size, age (and damage, if any)\n"
+    "  ls        list the entries: key, tactic, arch, size, age (and damage or the assembler's\n"
+    "            performance warnings, if any)\n"
     "  clear     remove every entry\n"
     "  prewarm   compile every valid tactic of the arch(es) that the library's ahead-of-time set lacks\n"
     "  bench     time cold compiles (every valid tactic, in a scratch cache), warm loads of the stored\n"
@@ -100,6 +101,7 @@ int list(KernelCache& cache) {
     }
     std::printf("  %s  %-26s %-8s %8zu bytes  %8.0f s old\n", e.key.c_str(), e.tactic.c_str(), e.arch.c_str(), e.bytes,
                 e.age_seconds);
+    for (const auto& w : e.assembler_warnings) std::printf("      the assembler: %s\n", w.c_str());
   }
   return 0;
 }
