@@ -49,6 +49,10 @@ KernelBinary compile_tactic(const Tactic& tactic, const Arch& arch) {
   b.tactic = tactic.binary().name();
   b.arch = std::string(arch.name);
   b.kernel_names = result.lowered_names;
+  b.registers = result.registers;
+  if (const std::string why = family_of(tactic).why_unfit_binary(tactic.binary(), b.registers); !why.empty()) {
+    throw Error("compiling " + b.tactic + " for " + std::string(arch.name) + ": " + why);
+  }
   b.cubin = std::make_shared<const std::vector<uint8_t>>(result.cubin);
   for (const AssemblerWarning& w : result.warnings) {
     const std::string stage = w.function == result.lowered_names.at(0)   ? "FC1"
@@ -74,7 +78,8 @@ std::vector<uint8_t> serialize_entry(const KernelBinary& b) {
                                       {"mxmoe", MXMOE_VERSION},
                                       {"compile_seconds", b.compile_seconds},
                                       {"created_unix", b.created_unix},
-                                      {"assembler_warnings", b.assembler_warnings}};
+                                      {"assembler_warnings", b.assembler_warnings},
+                                      {"registers", b.registers}};
   const std::string text = std::string(kMagic) + header.dump() + "\n";
   std::vector<uint8_t> bytes(text.begin(), text.end());
   bytes.insert(bytes.end(), b.cubin->begin(), b.cubin->end());
@@ -104,8 +109,9 @@ std::optional<KernelBinary> parse_entry(std::span<const uint8_t> bytes, const st
     b.kernel_names = header.at("kernels").get<std::vector<std::string>>();
     b.compile_seconds = header.at("compile_seconds").get<double>();
     b.created_unix = header.at("created_unix").get<int64_t>();
-    // Absent from entries of earlier versions (which `cache ls` still lists).
+    // These two are absent from entries of earlier versions (which `cache ls` still lists).
     b.assembler_warnings = header.value("assembler_warnings", std::vector<std::string>{});
+    b.registers = header.value("registers", std::vector<int>{});
     if (!expected_key.empty() && b.key != expected_key) return fail("its key is " + b.key);
     const std::span<const uint8_t> payload(newline + 1, end);
     if (payload.size() != header.at("payload_bytes").get<size_t>()) {

@@ -7,7 +7,7 @@
 //
 // Entry format: the line "MXMOE-KERNEL 1", a one-line JSON header (key, tactic, arch, kernel names,
 // payload size and hash, compiler, compile time, creation time, the assembler's performance
-// warnings), then the cubin. A reader checks
+// warnings and register counts), then the cubin. A reader checks
 // the magic, that the header parses, that the key is the one asked for, and the payload's size and
 // hash, so a truncated or damaged entry is never loaded.
 #pragma once
@@ -38,13 +38,15 @@ struct KernelBinary {
   // No tactic the families offer has its MMAs serialised, and only the GEMV-style decode kernels
   // spill, a few words (tests/cpu/test_tactics.cpp, EveryValidTacticCompiles...).
   std::vector<std::string> assembler_warnings;
+  std::vector<int> registers;             // per thread, per kernel (FC1, FC2), as ptxas gave them
   double compile_seconds = 0.0;
   int64_t created_unix = 0;
 };
 
-// Compiles with NVRTC; throws Error carrying the compiler's log. The assembler's performance
-// warnings are kept in the binary, and serialised MMAs also reported once each (warn_once): such a
-// tactic still runs correctly, only slower than its design.
+// Compiles with NVRTC; throws Error carrying the compiler's log, or the family's reason where the
+// assembled kernels cannot run as its launches assume (KernelFamily::why_unfit_binary). The
+// assembler's performance warnings are kept in the binary, and serialised MMAs also reported once
+// each (warn_once): such a tactic still runs correctly, only slower than its design.
 KernelBinary compile_tactic(const Tactic& tactic, const Arch& arch);
 
 std::vector<uint8_t> serialize_entry(const KernelBinary& binary);

@@ -14,7 +14,7 @@ namespace mxmoe {
 const std::vector<std::string>& nvrtc_options() {
   // -default-device: plain (constexpr) helpers shared with the host compile as device functions.
   static const std::vector<std::string> options{"-std=c++20", "-DNDEBUG", "--fmad=true", "-default-device",
-                                                "--ptxas-options=--warn-on-spills"};
+                                                "--ptxas-options=--warn-on-spills", "--ptxas-options=--verbose"};
   return options;
 }
 
@@ -39,6 +39,20 @@ std::vector<AssemblerWarning> assembler_warnings(std::string_view log) {
     warnings.push_back({m[2].str(), message});
   }
   return warnings;
+}
+
+int assembler_registers(std::string_view log, std::string_view function) {
+  // ptxas info    : Compiling entry function '<name>' for 'sm_90a'
+  // ...
+  // ptxas info    : Used 168 registers, used 1 barriers
+  static const std::regex used_form(R"(Used (\d+) registers)");
+  const std::string entry = "Compiling entry function '" + std::string(function) + "'";
+  const size_t at = log.find(entry);
+  if (at == std::string_view::npos) return 0;
+  const size_t next = log.find("Compiling entry function '", at + entry.size());
+  const std::string_view section = log.substr(at, next == std::string_view::npos ? std::string_view::npos : next - at);
+  std::match_results<std::string_view::const_iterator> m;
+  return std::regex_search(section.begin(), section.end(), m, used_form) ? std::stoi(m[1].str()) : 0;
 }
 
 bool serialises_mma(std::string_view message) { return message.find("instructions are serialized") != std::string_view::npos; }
@@ -92,6 +106,7 @@ CompileResult compile_cuda(const CompileRequest& request) {
       const char* lowered = nullptr;
       nvrtcGetLoweredName(program, name.c_str(), &lowered);
       result.lowered_names.emplace_back(lowered ? lowered : "");
+      result.registers.push_back(assembler_registers(result.log, result.lowered_names.back()));
     }
   }
   nvrtcDestroyProgram(&program);

@@ -28,6 +28,8 @@ std::vector<AssemblerWarning> assembler_warnings(std::string_view log);
 // it names (0 for any other).
 bool serialises_mma(std::string_view message);
 int spill_store_bytes(std::string_view message);
+// The registers per thread ptxas gave `function`, from its verbose log (0 where the log has none).
+int assembler_registers(std::string_view log, std::string_view function);
 
 struct CompileResult {
   bool ok = false;
@@ -35,11 +37,13 @@ struct CompileResult {
   std::vector<uint8_t> cubin;
   std::vector<std::string> lowered_names;   // mangled kernel names, one per name expression
   std::vector<AssemblerWarning> warnings;   // assembler_warnings(log)
+  std::vector<int> registers;               // per thread, one per name expression (ptxas's "Used N registers")
   double seconds = 0.0;
 };
 
 // The options every compile uses; part of every cache key. They include ptxas's --warn-on-spills,
-// so that spills reach the log beside the MMA serialisation notes ptxas prints anyway.
+// so that spills reach the log beside the MMA serialisation notes ptxas prints anyway, and its
+// --verbose, for each kernel's register count.
 const std::vector<std::string>& nvrtc_options();
 // "13.0"; throws Error if NVRTC cannot be loaded.
 std::string nvrtc_version();

@@ -55,13 +55,24 @@ constexpr int wgmma_smem_bytes(int tile_rows, int tile_tokens, int stages) {
   return kWgmmaAlign + stages * wgmma_stage_bytes(tile_rows, tile_tokens) + stages * 16;
 }
 
-// Registers per consumer thread once the producer warpgroup has given its share back: the 64K
-// registers of an SM over the CTA's threads, the producer holding kWgmmaProducerRegisters.
+// Registers. A launch allocates the kernel's count for every thread, and ptxas gives a kernel with
+// setmaxnreg the most its launch bounds allow, in steps of 8: 65536 / threads, rounded down to 8
+// (168 for 8 consumer warps, 128 for 12, 96 for 16; checked on each compiled kernel,
+// expert_wgmma_family.cpp). setmaxnreg then only moves registers within that allocation: the
+// producer warpgroup gives its share down to kWgmmaProducerRegisters and each consumer thread takes
+// an equal part of the rest, at most 240. A request past the allocation would wait forever.
 constexpr int kWgmmaProducerRegisters = 24;
+constexpr int wgmma_launch_registers(int consumer_warps) {
+  return 65536 / (kWgmmaProducerThreads + consumer_warps * 32) / 8 * 8;
+}
 constexpr int wgmma_consumer_registers(int consumer_warps) {
-  const int per_thread = (65536 - kWgmmaProducerThreads * kWgmmaProducerRegisters) / (consumer_warps * 32) / 8 * 8;
+  const int threads = kWgmmaProducerThreads + consumer_warps * 32;
+  const int pool = wgmma_launch_registers(consumer_warps) * threads;
+  const int per_thread = (pool - kWgmmaProducerThreads * kWgmmaProducerRegisters) / (consumer_warps * 32) / 8 * 8;
   return per_thread > 240 ? 240 : per_thread;
 }
+static_assert(wgmma_consumer_registers(8) == 240 && wgmma_consumer_registers(12) == 160 &&
+              wgmma_consumer_registers(16) == 112);
 
 }  // namespace mxmoe::kernels
 

@@ -8,9 +8,15 @@
 namespace mxmoe {
 namespace {
 
-// Per consumer thread: fp32 accumulators, at most 144 (of its 240 registers, two sets of dequantised
-// fragments take 32 kWarpRecords and addresses ~30; with 160 ptxas serialises the MMAs, C7512).
-constexpr int kMaxAccumulators = 144;
+// A consumer thread's registers (kernels::wgmma_consumer_registers: 240 with two consumer
+// warpgroups, 160 with three, 112 with four) hold its fp32 accumulators, two sets of dequantised
+// fragments (16 per record of its warp each) and ~32 of addresses and temporaries. Past that ptxas
+// serialises the MMAs (C7512; a 256 x 160 tile, 160 accumulators with 2 records a warp, does).
+constexpr int kOtherConsumerRegisters = 32;
+int consumer_registers_needed(const Tactic& t) {
+  const int warp_records = t.tile_rows / t.warps_rows / 16;
+  return warp_records * t.tile_tokens / 2 + 2 * 16 * warp_records + kOtherConsumerRegisters;
+}
 
 Tactic wgmma(int tile_rows, int tile_tokens, int consumer_warps, int stages) {
   return {.family = "wgmma",
@@ -36,8 +42,10 @@ class WgmmaFamily final : public KernelFamily {
   std::span<const TacticCandidate> candidates() const override {
     static const TacticCandidate kCandidates[] = {
         {wgmma(256, 32, 8, 6), "17-32 rows per expert: streams the weights, 256 rows per staged activation slice"},
+        {wgmma(256, 32, 16, 6), "17-32 rows per expert, four consumer warpgroups: one record a warp, more warps to hide its latency"},
         {wgmma(128, 64, 8, 6), "33-64 rows per expert: two consumer warpgroups of one 64-row block each"},
         {wgmma(256, 64, 8, 5), "33-64 rows per expert, tall: each staged activation slice feeds 256 rows"},
+        {wgmma(256, 64, 16, 5), "33-64 rows per expert, tall, four consumer warpgroups of one 64-row block each"},
         {wgmma(128, 128, 8, 5), "65+ rows per expert: 64 x 128 accumulators per consumer warpgroup"},
         {wgmma(192, 128, 12, 4), "65+ rows per expert: three consumer warpgroups; 192 divides 2880 and 5760"},
         {wgmma(256, 128, 8, 4), "65+ rows per expert: fewest bytes per FLOP (two 64-row blocks per warp)"},
@@ -57,6 +65,20 @@ class WgmmaFamily final : public KernelFamily {
   }
   int smem_limit(const Tactic& t, const Arch&) const override {
     return kernels::wgmma_smem_bytes(t.tile_rows, t.tile_tokens, t.smem_stages);
+  }
+
+  // The consumers' setmaxnreg requests are served from what the launch allocates, the kernel's
+  // register count for every thread (expert_wgmma.cuh): a kernel given fewer registers than
+  // wgmma_launch_registers assumes would leave them waiting forever.
+  std::string why_unfit_binary(const Tactic& t, std::span<const int> registers) const override {
+    const int assumed = kernels::wgmma_launch_registers(t.warps_rows);
+    for (const int r : registers) {
+      if (r != assumed) {
+        return "ptxas gave a kernel " + std::to_string(r) + " registers a thread where its warpgroups' setmaxnreg " +
+               "requests assume a launch of " + std::to_string(assumed) + " (0: the log had no count)";
+      }
+    }
+    return {};
   }
 
   KernelInstantiation instantiation(const Tactic& t) const override {
@@ -97,14 +119,16 @@ class WgmmaFamily final : public KernelFamily {
  protected:
   std::string why_invalid_on(const Tactic& t, const Arch& arch) const override {
     if (arch.name != "sm_90a") return "wgmma runs on sm_90a only (" + std::string(arch.name) + " has none)";
-    if (t.warps_rows != 8 && t.warps_rows != 12) return "8 or 12 consumer warps (2 or 3 warpgroups beside the producer's)";
+    if (t.warps_rows != 8 && t.warps_rows != 12 && t.warps_rows != 16) {
+      return "8, 12 or 16 consumer warps (2, 3 or 4 warpgroups beside the producer's)";
+    }
     if (t.tile_rows % (16 * t.warps_rows) != 0) return "tile rows must split into whole 16-row records per warp";
     if (t.tile_tokens < 32 || kernels::tile_size(kernels::tile_size_index(t.tile_tokens)) != t.tile_tokens)
       return "tile tokens must be 32, 64, 128, 144 or 256 (a wgmma N the routing has tile offsets for)";
-    const int accumulators = t.tile_rows / t.warps_rows / 16 * t.tile_tokens / 2;
-    if (accumulators > kMaxAccumulators) {
-      return std::to_string(accumulators) + " accumulators per thread (budget " + std::to_string(kMaxAccumulators) +
-             ")";
+    if (const int needed = consumer_registers_needed(t); needed > kernels::wgmma_consumer_registers(t.warps_rows)) {
+      return std::to_string(needed) + " registers per consumer thread (accumulators, two fragment sets, " +
+             std::to_string(kOtherConsumerRegisters) + " others), " +
+             std::to_string(kernels::wgmma_consumer_registers(t.warps_rows)) + " there";
     }
     if (t.smem_stages < 2) return "a ring needs 2 stages";
     return why_over_shared_memory(smem_limit(t, arch), arch);

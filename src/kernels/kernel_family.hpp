@@ -131,6 +131,11 @@ class KernelFamily {
 
   virtual KernelInstantiation instantiation(const Tactic& t) const = 0;
 
+  // Empty when its assembled kernels, given the registers per thread ptxas gave each (FC1, FC2),
+  // can run as its launches assume; else why not. By default any count can (the launch allocates
+  // what the kernel uses).
+  virtual std::string why_unfit_binary(const Tactic&, std::span<const int> /*registers*/) const { return {}; }
+
   // The launch of `t` on `shape` for `num_tokens` tokens; `kernel` is the loaded kernel of that
   // stage, for families whose grid is the count the device holds at once. A grid made for a count
   // serves any smaller batch too: CTAs past a batch's work find none and exit.

@@ -88,6 +88,16 @@ TEST(AssemblerWarnings, ParsedFromTheLog) {
             "wgmma pipeline");
   EXPECT_EQ(warnings[2].message, "Registers are spilled to local memory, 16 bytes spill stores, 24 bytes spill loads");
   EXPECT_TRUE(assembler_warnings("ptxas info    : Used 168 registers\n").empty());
+
+  const std::string verbose =
+      "ptxas info    : Compiling entry function '_Z2k1v' for 'sm_90a'\n"
+      "ptxas info    : Used 96 registers, used 1 barriers\n"
+      "ptxas info    : Compiling entry function '_Z2k2v' for 'sm_90a'\n"
+      "ptxas info    : Function properties for _Z2k2v\n"
+      "ptxas info    : Used 40 registers, used 0 barriers\n";
+  EXPECT_EQ(assembler_registers(verbose, "_Z2k1v"), 96);
+  EXPECT_EQ(assembler_registers(verbose, "_Z2k2v"), 40);
+  EXPECT_EQ(assembler_registers(verbose, "_Z2k3v"), 0);
 }
 
 // The check can fail: a wgmma tile of 160 accumulators a thread, one step past the family's budget
@@ -97,6 +107,7 @@ TEST(AssemblerWarnings, AnOverBudgetWgmmaTileIsCaught) {
                                         {"&mxmoe::kernels::expert_wgmma_kernel<256, 160, 8, 6, true>"},
                                         "sm_90a"});
   ASSERT_TRUE(r.ok) << r.log;
+  EXPECT_EQ(r.registers, std::vector<int>{168});  // 65536 / 384 threads, in steps of 8
   ASSERT_FALSE(r.warnings.empty()) << r.log;
   EXPECT_EQ(r.warnings.front().function, r.lowered_names.at(0));
   EXPECT_NE(r.warnings.front().message.find("serialized"), std::string::npos) << r.warnings.front().message;

@@ -42,12 +42,17 @@ BrokenRule first_broken_rule(const Tactic& t, const Arch& arch) {
   }
   if (t.family == "wgmma") {
     if (arch.name != "sm_90a") return {"wgmma on sm_90a only", "sm_90a only"};
-    if (t.warps_rows != 8 && t.warps_rows != 12) return {"2 or 3 consumer warpgroups", "consumer warps"};
+    if (t.warps_rows != 8 && t.warps_rows != 12 && t.warps_rows != 16) return {"2-4 consumer warpgroups", "consumer warps"};
     if (t.tile_rows % (16 * t.warps_rows) != 0) return {"whole 16-row records per warp", "16-row records"};
     if (t.tile_tokens != 32 && t.tile_tokens != 64 && t.tile_tokens != 128 && t.tile_tokens != 144 &&
         t.tile_tokens != 256)
       return {"the wgmma N: 32, 64, 128, 144 or 256 tokens", "32, 64, 128, 144 or 256"};
-    if (t.tile_rows / t.warps_rows / 16 * t.tile_tokens / 2 > 144) return {"at most 144 accumulators", "accumulators"};
+    // a consumer thread's accumulators, two fragment sets of 16 a record and 32 others in what the
+    // launch's registers leave it beside a 24-register producer: 240, 160 or 112
+    const int warp_records = t.tile_rows / t.warps_rows / 16;
+    const int consumer_registers = t.warps_rows == 8 ? 240 : t.warps_rows == 12 ? 160 : 112;
+    if (warp_records * t.tile_tokens / 2 + 32 * warp_records + 32 > consumer_registers)
+      return {"the consumers' registers", "registers per consumer thread"};
     if (t.smem_stages < 2) return {"at least 2 stages", "2 stages"};
     // slack to align to 1024, per stage the swizzled activations in 32-token boxes and the records rounded
     // to 1024, two barriers
@@ -407,6 +412,19 @@ TEST(ValidatePlan, ActivationsMustBeTheFamilies) {
   }
   EXPECT_THROW(parse_activation_format("fp8"), Error);
   EXPECT_EQ(parse_activation_format(activation_format_name(ActivationFormat::kMxfp8)), ActivationFormat::kMxfp8);
+}
+
+// A wgmma kernel must run on the registers its consumers' setmaxnreg assumes the launch allocates;
+// fewer would leave them waiting forever, so such a binary is refused when it is compiled.
+TEST(TacticTable, WgmmaBinaryWithFewerRegistersThanItsLaunchAssumesIsRefused) {
+  const Tactic w16 = parse_tactic("wgmma.r256x64.w16.s5.k1"), w8 = parse_tactic("wgmma.r256x64.w8.s5.k1");
+  const KernelFamily& family = family_of(w16);
+  EXPECT_EQ(family.why_unfit_binary(w16, std::vector<int>{96, 96}), "");
+  EXPECT_EQ(family.why_unfit_binary(w8, std::vector<int>{168, 168}), "");
+  EXPECT_NE(family.why_unfit_binary(w16, std::vector<int>{96, 88}).find("88 registers"), std::string::npos);
+  EXPECT_NE(family.why_unfit_binary(w8, std::vector<int>{0, 168}), "");
+  const Tactic mma = parse_tactic("mma.r128x64.w2x2.s3.k1");
+  EXPECT_EQ(family_of(mma).why_unfit_binary(mma, std::vector<int>{40, 40}), "");
 }
 
 // CI's check that the whole table builds: every valid tactic for every arch through NVRTC. It also
