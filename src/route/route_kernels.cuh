@@ -114,7 +114,12 @@ __global__ void __launch_bounds__(kSelectWarps * 32)
 }
 
 constexpr int kPermuteThreads = 1024;
-constexpr int kFusedRouteTokens = 256;
+// The one CTA routes each token with one warp, so past 32 tokens a warp's tokens queue: the fused
+// launch measured 6.6 / 10.3 / 17.7 us at T = 64 / 128 / 256 on gpt-oss-20b (8.8 / 14.2 / 25.7 on
+// 120b), where the top-k launch and the permutation measured 7.9-8.3 us at T = 384-512 (9.1-10.0).
+// So batches of up to 64 tokens take the one launch, larger ones the two (docs/perf-notes.md,
+// "the routing's one-launch path").
+constexpr int kFusedRouteTokens = 64;
 constexpr int kFusedRoutePairs = 1024;  // and at most this many pairs (the launcher checks both)
 constexpr int kPermuteSmemBytes = 48 * 1024;
 
@@ -141,7 +146,7 @@ __host__ __device__ inline int permute_segments(int num_experts, int num_pairs, 
 }
 
 // The expert-sorted permutation, in one CTA; with logits or a given top-k in `in` it first routes
-// every token itself (one launch fewer for small batches: at most kFusedRouteTokens, 8 tokens per warp) and
+// every token itself (one launch fewer for small batches: at most kFusedRouteTokens, 2 tokens per warp) and
 // keeps each pair's expert and rank in shared memory, so that no step waits on a global-memory
 // round trip of its own CTA's writes. Warp w owns a contiguous segment of pairs and counts
 // them per expert in hist[w][*] (pairs that go to no expert are not counted), ranking pairs of the same expert within each 32-pair chunk by lane
