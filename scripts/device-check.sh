@@ -4,10 +4,14 @@
 #   tests       all GPU tests (the gpu-labelled ctest suite, run as one process so that the large
 #               synthetic layers are built once); GTEST_FILTER picks some (gtest reads it)
 #   sanitizer   compute-sanitizer memcheck over a fast subset of the GPU tests
+#   racecheck   compute-sanitizer racecheck and synccheck over every tactic on a shape whose rings
+#               wrap (the layer test's ring_E5_k3_H512_I512 case)
 #   profile     per-kernel time and DRAM bytes of one decode forward (Nsight Compute, caches flushed,
 #               clocks as they are) at T = 1, 8, 64 on both models
 #   tune ARGS   mxmoe tune with ARGS (up to the next step name)
-#   bench ARGS  mxmoe bench with ARGS (up to the next step name)
+#   bench ARGS  mxmoe bench with ARGS (up to the next step name); steps may repeat: each run's output
+#               goes on the end of tune.log / bench.log, the n-th run's JSON to bench-n.json (the
+#               first's to bench.json; the device tool brings back at most 8 files)
 # ctest files hold the build machine's absolute paths, so /work/main is linked to this checkout.
 # The tests run under a time limit (MXMOE_TEST_LIMIT_S, default 300 s), so that a hang is reported
 # as one (rc 124) with the log so far, and the steps after it still run.
@@ -39,6 +43,14 @@ while [ $# -gt 0 ]; do
       rc=$?; status=$((status | rc))
       summary+=("compute-sanitizer memcheck: rc=$rc, $(grep -E 'ERROR SUMMARY' "$out/sanitizer.log" | tail -1)")
       ;;
+    racecheck)
+      for tool in racecheck synccheck; do
+        timeout "${MXMOE_TEST_LIMIT_S:-300}" compute-sanitizer --tool "$tool" --error-exitcode 9 build/tests/mxmoe_gpu_tests \
+          --gtest_filter='Shapes/GpuLayer.*ring_E5*' > "$out/$tool.log" 2>&1
+        rc=$?; status=$((status | rc))
+        summary+=("compute-sanitizer $tool: rc=$rc, $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/$tool.log" | tail -1)")
+      done
+      ;;
     profile)
       : > "$out/profile.txt"
       for model in gpt-oss-20b gpt-oss-120b; do
@@ -54,11 +66,13 @@ while [ $# -gt 0 ]; do
       ;;
     tune|bench)
       args=()
-      while [ $# -gt 0 ] && ! [[ "$1" =~ ^(tests|sanitizer|profile|tune|bench)$ ]]; do args+=("$1"); shift; done
-      [ "$step" = bench ] && args+=(--json "$out/bench.json")
-      build/mxmoe "$step" "${args[@]}" > "$out/$step.log" 2>&1
+      while [ $# -gt 0 ] && ! [[ "$1" =~ ^(tests|sanitizer|racecheck|profile|tune|bench)$ ]]; do args+=("$1"); shift; done
+      runs=$((${runs:-0} + 1))
+      [ "$step" = bench ] && args+=(--json "$out/bench$([ "$runs" -gt 1 ] && echo "-$runs").json")
+      echo "== mxmoe $step ${args[*]}" >> "$out/$step.log"
+      build/mxmoe "$step" "${args[@]}" >> "$out/$step.log" 2>&1
       rc=$?; status=$((status | rc))
-      summary+=("$step: rc=$rc")
+      summary+=("$step ${args[*]}: rc=$rc")
       ;;
     *) echo "device-check: unknown step '$step'" >&2; exit 2 ;;
   esac
@@ -69,5 +83,5 @@ cat "$out/gpu.txt"
 printf '%s\n' "${summary[@]}"
 [ -f "$out/profile.txt" ] && cat "$out/profile.txt"
 [ -f "$out/tune.log" ] && grep -E "^  T=[0-9]+: tuned|stored" "$out/tune.log"
-[ -f "$out/bench.log" ] && tail -32 "$out/bench.log"
+[ -f "$out/bench.log" ] && grep -E '^(== mxmoe|ceilings|model|gpt-oss)' "$out/bench.log" | tail -60
 exit $status

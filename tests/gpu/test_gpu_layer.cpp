@@ -73,6 +73,9 @@ std::vector<LayerCase> layer_cases() {
     cases.push_back({"gpt_oss_120b", model_shape("gpt-oss-120b"), t});
   }
   for (int t : {1, 7, 33}) cases.push_back({"odd_E5_k3_H96_I160", MoeShape{5, 3, 96, 160, 1}, t});
+  // K = 512 is 8 slices of 64 in both stages, so every tactic's ring (at most 6 slots) wraps on a
+  // shape small enough for compute-sanitizer's racecheck (scripts/device-check.sh racecheck).
+  cases.push_back({"ring_E5_k3_H512_I512", MoeShape{5, 3, 512, 512, 1}, 300});
   // Tensor-parallel shards of gpt-oss-20b (tensor_parallel_shard): I = 1440 over 2 ranks; 720 over 4
   // and 360 over 8 are no whole number of 32-wide scale blocks, so those shards hold 736 and 384.
   for (int t : {1, 64}) cases.push_back({"tp2_E32_k4_H2880_I1440", MoeShape{32, 4, 2880, 1440, 1}, t});
