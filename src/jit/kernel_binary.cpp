@@ -6,7 +6,7 @@
 
 #include "common/hash.hpp"
 #include "common/warnings.hpp"
-#include "jit/embedded_sources.hpp"
+#include "jit/kernel_sources.hpp"
 #include "kernels/family_registry.hpp"
 #include "mxmoe/error.hpp"
 
@@ -33,7 +33,7 @@ std::string kernel_key(const Tactic& tactic, const Arch& arch) {
   const CompileRequest r = compile_request(tactic, arch);
   Hash128 h;
   h.add("mxmoe kernel key 1").add(MXMOE_VERSION).add(nvrtc_version()).add(r.arch).add(r.source);
-  for (const auto& s : embedded_kernel_sources()) h.add(s.name).add(s.text);
+  for (const auto& s : kernel_sources()) h.add(s.name).add(s.text);
   for (const auto& n : r.name_expressions) h.add(n);
   for (const auto& o : nvrtc_options()) h.add(o);
   return h.hex();

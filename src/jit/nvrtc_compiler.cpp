@@ -6,7 +6,7 @@
 #include <regex>
 #include <sstream>
 
-#include "jit/embedded_sources.hpp"
+#include "jit/kernel_sources.hpp"
 #include "mxmoe/error.hpp"
 
 namespace mxmoe {
@@ -71,7 +71,7 @@ std::string nvrtc_version() {
 
 CompileResult compile_cuda(const CompileRequest& request) {
   std::vector<const char*> header_texts, header_names;
-  for (const auto& s : embedded_kernel_sources()) {
+  for (const auto& s : kernel_sources()) {
     header_texts.push_back(s.text);
     header_names.push_back(s.name);
   }

@@ -12,6 +12,7 @@
 
 #include "jit/aot.hpp"
 #include "jit/kernel_cache.hpp"
+#include "jit/kernel_sources.hpp"
 #include "kernels/family_registry.hpp"
 #include "tactics/heuristic.hpp"
 #include "test_support.hpp"
@@ -243,6 +244,62 @@ TEST(KernelCache, EightProcessesPrewarmingOneEmptyCacheCompileEachEntryOnce) {
   const auto entries = KernelCache(cache.string()).list();
   EXPECT_EQ(entries.size(), lacking);
   for (const auto& e : entries) EXPECT_TRUE(e.problem.empty()) << e.file << ": " << e.problem;
+}
+
+// A copy of the embedded kernel sources under `dir`, laid out as src/.
+void write_kernel_sources(const fs::path& dir) {
+  for (const EmbeddedSource& s : embedded_kernel_sources()) {
+    fs::create_directories((dir / s.name).parent_path());
+    test::write_file(dir / s.name, s.text);
+  }
+}
+
+TEST(KernelSources, ReadFromADirectoryUnderTheEmbeddedNames) {
+  const fs::path dir = test::scratch_dir() / "src";
+  write_kernel_sources(dir);
+  const std::string edited = "kernels/expert_gemv.cuh";
+  test::write_file(dir / edited, "// edited\n");
+  const auto files = read_kernel_sources(dir.string());
+  ASSERT_EQ(files.size(), embedded_kernel_sources().size());
+  for (size_t i = 0; i < files.size(); ++i) {
+    const EmbeddedSource& s = embedded_kernel_sources()[i];
+    EXPECT_EQ(files[i].name, s.name);
+    EXPECT_EQ(files[i].text, s.name == edited ? "// edited\n" : std::string(s.text)) << s.name;
+  }
+  fs::remove(dir / "route/route_buffers.hpp");
+  try {
+    read_kernel_sources(dir.string());
+    ADD_FAILURE() << "a missing source was not reported";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("lacks route/route_buffers.hpp"), std::string::npos) << e.what();
+  }
+}
+
+// Through the command, as on a GPU machine: the kernels compile from the directory (a broken
+// header fails the compile), the ahead-of-time set is not used for them, and a directory that
+// lacks a source is one error line.
+TEST(KernelSources, TheCommandCompilesFromMxmoeKernelSourceDir) {
+  const fs::path base = test::scratch_dir();
+  const fs::path sources = base / "src";
+  write_kernel_sources(sources);
+  const std::string header = (sources / "kernels/expert_gemv_streamk.cuh").string();
+  std::ofstream(header, std::ios::app) << "// an experiment\n";
+  setenv(kKernelSourceDirVariable, sources.c_str(), 1);
+  const auto prewarm = test::run_cli("cache prewarm --arch sm_90a --family sk --cache-dir " + (base / "a").string());
+  EXPECT_EQ(prewarm.exit_code, 0) << prewarm.err;
+  EXPECT_NE(prewarm.err.find("compiling kernels from " + sources.string()), std::string::npos) << prewarm.err;
+  EXPECT_EQ(prewarm.out.find("built in"), std::string::npos) << "the ahead-of-time kernels were used:\n" << prewarm.out;
+
+  std::ofstream(header, std::ios::app) << "#error an experiment that does not compile\n";
+  const auto broken = test::run_cli("cache prewarm --arch sm_90a --family sk --cache-dir " + (base / "b").string());
+  EXPECT_EQ(broken.exit_code, 1) << broken.out;
+  EXPECT_NE(broken.err.find("an experiment that does not compile"), std::string::npos) << broken.err;
+
+  setenv(kKernelSourceDirVariable, (base / "empty").c_str(), 1);
+  const auto missing = test::run_cli("cache prewarm --arch sm_90a --family sk --cache-dir " + (base / "c").string());
+  unsetenv(kKernelSourceDirVariable);
+  EXPECT_EQ(missing.exit_code, 1);
+  EXPECT_NE(missing.err.find("lacks "), std::string::npos) << missing.err;
 }
 
 }  // namespace

@@ -7,11 +7,13 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
 #include <thread>
 
+#include "jit/kernel_sources.hpp"
 #include "tools_internal.hpp"
 
 namespace {
@@ -28,6 +30,11 @@ int main(int argc, char** argv) try {
   if (argc < 2) {
     std::fprintf(stderr, "usage: mxmoe_aot_gen OUT_DIR [ARCH ...]\n");
     return 2;
+  }
+  if (const char* dir = std::getenv(mxmoe::kKernelSourceDirVariable); dir && *dir) {
+    // The set must be compiled from the sources the library embeds, under the keys it looks up.
+    std::fprintf(stderr, "mxmoe_aot_gen: error: %s is set (%s); unset it to build\n", mxmoe::kKernelSourceDirVariable, dir);
+    return 1;
   }
   const std::filesystem::path out_dir = argv[1];
   std::filesystem::create_directories(out_dir);

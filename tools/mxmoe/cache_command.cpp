@@ -12,6 +12,7 @@
 
 #include "cli.hpp"
 #include "commands.hpp"
+#include "common/parallel.hpp"
 #include "tools_internal.hpp"
 #include "mxmoe/device.hpp"
 #include "mxmoe/error.hpp"
@@ -67,18 +68,12 @@ std::vector<Job> table_jobs(const std::vector<const Arch*>& archs, const std::st
 }
 
 // Runs `work` over the jobs on every core; processes started together begin at different jobs
-// (rotated by pid) so that they compile different entries instead of queueing on one lock.
+// (rotated by pid) so that they compile different entries instead of queueing on one lock. The
+// first error a job throws (a kernel that does not compile) stops the rest and is rethrown here.
 template <typename Work>
 void for_each_parallel(const std::vector<Job>& jobs, Work work) {
   const size_t rotation = static_cast<size_t>(getpid()) % std::max<size_t>(1, jobs.size());
-  std::atomic<size_t> next{0};
-  std::vector<std::thread> threads;
-  for (unsigned i = 0; i < std::max(1u, std::thread::hardware_concurrency()); ++i) {
-    threads.emplace_back([&] {
-      for (size_t j = next++; j < jobs.size(); j = next++) work(jobs[(j + rotation) % jobs.size()]);
-    });
-  }
-  for (auto& t : threads) t.join();
+  parallel_for(jobs.size(), 0, [&](size_t j) { work(jobs[(j + rotation) % jobs.size()]); });
 }
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
