@@ -1,0 +1,45 @@
+"""The measurement variants of scripts/kernel_variants.py still apply to the kernel sources, and
+every wgmma tactic compiles from each (through `mxmoe cache prewarm` with MXMOE_KERNEL_SOURCE_DIR)
+with none of its MMAs serialised: a variant that ptxas serialises would time something else than
+what it names. No GPU needed."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "scripts"))
+import kernel_variants  # noqa: E402
+
+
+def cli() -> Path:
+    """The built mxmoe command: $MXMOE_CLI, else $BUILD_DIR/mxmoe (build/mxmoe by default)."""
+    return Path(os.environ.get("MXMOE_CLI") or ROOT / os.environ.get("BUILD_DIR", "build") / "mxmoe")
+
+
+@pytest.mark.parametrize("variant", sorted(kernel_variants.VARIANTS))
+def test_variant_compiles_without_serialised_mmas(variant: str, tmp_path: Path) -> None:
+    if not cli().exists():
+        pytest.skip(f"needs the built mxmoe command (found: {cli()})")
+    sources = tmp_path / "src"
+    kernel_variants.write_variant(variant, sources)
+    env = dict(os.environ, MXMOE_KERNEL_SOURCE_DIR=str(sources))
+    prewarm = subprocess.run([str(cli()), "cache", "prewarm", "--arch", "sm_90a", "--family", "wgmma",
+                              "--cache-dir", str(tmp_path / "cache")], capture_output=True, text=True, env=env)
+    assert prewarm.returncode == 0, prewarm.stderr
+    assert f"compiling kernels from {sources}" in prewarm.stderr
+    assert "serialized" not in prewarm.stderr, prewarm.stderr
+    assert "built in" not in prewarm.stdout, "the library's own kernels were used"
+
+
+def test_a_variant_whose_text_is_gone_fails(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    name, edits = next(iter(kernel_variants.VARIANTS.items()))
+    path, old, new = edits[-1]
+    monkeypatch.setitem(kernel_variants.VARIANTS, name, [(path, old + "// no longer in the source\n", new)])
+    with pytest.raises(SystemExit, match="no longer holds"):
+        kernel_variants.write_variant(name, tmp_path / "src")

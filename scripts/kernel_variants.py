@@ -1,0 +1,97 @@
+#!/usr/bin/env python3
+"""Writes a copy of the kernel sources with one measurement variant applied, for
+MXMOE_KERNEL_SOURCE_DIR (docs/tactics.md): the ablations docs/perf-notes.md measures, reproducible
+on a GPU machine with no rebuild.
+
+Usage: scripts/kernel_variants.py VARIANT DIR     (VARIANT: one of --list)
+Then:  MXMOE_KERNEL_SOURCE_DIR=DIR build/mxmoe bench --plan TACTIC ...
+
+A variant is a list of exact text replacements in the sources; one whose text is no longer there
+fails loudly instead of measuring something else. Every variant computes wrong outputs (the bench
+flags its rows INACCURATE): only its time means anything.
+"""
+import shutil
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SOURCE_DIRS = ("kernels", "route")  # what the library embeds (src/CMakeLists.txt)
+WGMMA = "kernels/expert_wgmma.cuh"
+
+ZEROED_ACCUMULATORS = (
+    WGMMA,
+    "  float acc[kWarpRecords][kTileTokens / 2];  // the first slice's MMAs overwrite them\n",
+    "  float acc[kWarpRecords][kTileTokens / 2] = {};  // variant: no MMA may write them\n",
+)
+
+VARIANTS = {
+    # The ring alone: each consumer waits for its slot and hands it back at once; no record is
+    # read, dequantised or multiplied. The time of the tensor copies' delivery.
+    "wgmma-delivery-only": [
+        ZEROED_ACCUMULATORS,
+        (WGMMA,
+         "    const unsigned stage = smem_base + s * kStageBytes;\n"
+         "    const unsigned char* records = smem + s * kStageBytes + kActivationBytes;\n",
+         "    mbarrier_arrive(empty + 8 * s);  // variant: the slot back at once\n"
+         "    return;\n"
+         "    const unsigned stage = smem_base + s * kStageBytes;\n"
+         "    const unsigned char* records = smem + s * kStageBytes + kActivationBytes;\n"),
+    ],
+    # Records read and dequantised, no MMA: the fragments are kept alive by empty asm statements.
+    "wgmma-no-mma": [
+        ZEROED_ACCUMULATORS,
+        (WGMMA,
+         "    multiply_slice<1, kTileTokens / 16>(acc, a[set.value], descriptor, slice == 0, tokens);\n"
+         "    wgmma_wait<1>();\n",
+         "    (void)descriptor;  // variant: no MMA; the fragments must still be made\n"
+         "#pragma unroll\n"
+         "    for (int r = 0; r < kWarpRecords; ++r)\n"
+         "#pragma unroll\n"
+         "      for (int j = 0; j < 4; ++j)\n"
+         "#pragma unroll\n"
+         "        for (int i = 0; i < 4; ++i) asm volatile(\"\" ::\"r\"(a[set.value][r][j][i]));\n"),
+    ],
+    # Records read and multiplied with their bit extraction left out: each fragment register is a
+    # raw word times a per-register constant (one bf16x2 multiply, as the dequantisation's scale
+    # step; the integer rotations and masks, 36 of its ~61 instructions a record, are gone). Raw
+    # words moved or added into the fragments instead make ptxas serialise the MMAs (C7511/C7512).
+    "wgmma-no-extraction": [
+        (WGMMA,
+         "    dequantize_records(values, scale_words, a[set.value]);\n",
+         "    (void)scale_words;  // variant: no extraction, the multiplies alone\n"
+         "#pragma unroll\n"
+         "    for (int r = 0; r < kWarpRecords; ++r) {\n"
+         "      const unsigned words[4] = {values[r].x, values[r].y, values[r].z, values[r].w};\n"
+         "#pragma unroll\n"
+         "      for (int j = 0; j < 4; ++j)\n"
+         "#pragma unroll\n"
+         "        for (int i = 0; i < 4; ++i) a[set.value][r][j][i] = bf16x2_mul(words[j], 0x3F803F80u + i);\n"
+         "    }\n"),
+    ],
+}
+
+
+def write_variant(name: str, out: Path) -> None:
+    if name not in VARIANTS:
+        raise SystemExit(f"kernel_variants: unknown variant '{name}' (known: {', '.join(VARIANTS)})")
+    for d in SOURCE_DIRS:
+        shutil.rmtree(out / d, ignore_errors=True)
+        shutil.copytree(ROOT / "src" / d, out / d)
+    for path, old, new in VARIANTS[name]:
+        text = (out / path).read_text()
+        if text.count(old) != 1:
+            raise SystemExit(f"kernel_variants: {name}: {path} no longer holds (exactly once):\n{old}")
+        (out / path).write_text(text.replace(old, new))
+
+
+def main(argv: list[str]) -> None:
+    if argv[1:] == ["--list"]:
+        print("\n".join(VARIANTS))
+        return
+    if len(argv) != 3:
+        raise SystemExit(__doc__)
+    write_variant(argv[1], Path(argv[2]))
+
+
+if __name__ == "__main__":
+    main(sys.argv)
