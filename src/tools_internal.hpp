@@ -12,6 +12,7 @@
 #include "jit/aot.hpp"               // ahead_of_time_entries
 #include "jit/kernel_binary.hpp"     // compile_tactic, serialize_entry
 #include "jit/kernel_cache.hpp"      // KernelCache, default_kernel_cache
+#include "jit/kernel_sources.hpp"    // kKernelSourceDirVariable
 #include "jit/nvrtc_compiler.hpp"    // nvrtc_version
 #include "probe/ptx_probe.hpp"       // ptx_probes, run_probe
 #include "kernels/family_registry.hpp"  // family_of

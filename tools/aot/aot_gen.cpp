@@ -13,7 +13,6 @@
 #include <mutex>
 #include <thread>
 
-#include "jit/kernel_sources.hpp"
 #include "tools_internal.hpp"
 
 namespace {

@@ -12,7 +12,6 @@
 
 #include "cli.hpp"
 #include "commands.hpp"
-#include "common/parallel.hpp"
 #include "tools_internal.hpp"
 #include "mxmoe/device.hpp"
 #include "mxmoe/error.hpp"
