@@ -59,7 +59,9 @@ KernelBinary compile_tactic(const Tactic& tactic, const Arch& arch) {
                               : w.function == result.lowered_names.at(1) ? "FC2"
                                                                          : "kernel " + w.function;
     b.assembler_warnings.push_back(stage + ": " + w.message);
-    if (serialises_mma(w.message)) warn_once(b.tactic + " for " + b.arch + ", the assembler: " + b.assembler_warnings.back());
+    if (serialises_mma(w.message)) {
+      warn_once(b.tactic + " for " + b.arch + ", the assembler: " + b.assembler_warnings.back());
+    }
   }
   b.compile_seconds = result.seconds;
   b.created_unix =

@@ -55,7 +55,9 @@ int assembler_registers(std::string_view log, std::string_view function) {
   return std::regex_search(section.begin(), section.end(), m, used_form) ? std::stoi(m[1].str()) : 0;
 }
 
-bool serialises_mma(std::string_view message) { return message.find("instructions are serialized") != std::string_view::npos; }
+bool serialises_mma(std::string_view message) {
+  return message.find("instructions are serialized") != std::string_view::npos;
+}
 
 int spill_store_bytes(std::string_view message) {
   static const std::regex spill_form(R"((\d+) bytes spill stores)");

@@ -42,10 +42,10 @@ class WgmmaFamily final : public KernelFamily {
   std::span<const TacticCandidate> candidates() const override {
     static const TacticCandidate kCandidates[] = {
         {wgmma(256, 32, 8, 6), "17-32 rows per expert: streams the weights, 256 rows per staged activation slice"},
-        {wgmma(256, 32, 16, 6), "17-32 rows per expert, four consumer warpgroups: one record a warp, more warps to hide its latency"},
+        {wgmma(256, 32, 16, 6), "17-32 rows per expert, four consumer warpgroups: one record a warp, more warps"},
         {wgmma(128, 64, 8, 6), "33-64 rows per expert: two consumer warpgroups of one 64-row block each"},
         {wgmma(256, 64, 8, 5), "33-64 rows per expert, tall: each staged activation slice feeds 256 rows"},
-        {wgmma(256, 64, 16, 5), "33-64 rows per expert, tall, four consumer warpgroups of one 64-row block each"},
+        {wgmma(256, 64, 16, 5), "33-64 rows per expert, tall, four consumer warpgroups of one 64-row block"},
         {wgmma(128, 128, 8, 5), "65+ rows per expert: 64 x 128 accumulators per consumer warpgroup"},
         {wgmma(192, 128, 12, 4), "65+ rows per expert: three consumer warpgroups; 192 divides 2880 and 5760"},
         {wgmma(256, 128, 8, 4), "65+ rows per expert: fewest bytes per FLOP (two 64-row blocks per warp)"},

@@ -42,7 +42,8 @@ BrokenRule first_broken_rule(const Tactic& t, const Arch& arch) {
   }
   if (t.family == "wgmma") {
     if (arch.name != "sm_90a") return {"wgmma on sm_90a only", "sm_90a only"};
-    if (t.warps_rows != 8 && t.warps_rows != 12 && t.warps_rows != 16) return {"2-4 consumer warpgroups", "consumer warps"};
+    if (t.warps_rows != 8 && t.warps_rows != 12 && t.warps_rows != 16)
+      return {"2-4 consumer warpgroups", "consumer warps"};
     if (t.tile_rows % (16 * t.warps_rows) != 0) return {"whole 16-row records per warp", "16-row records"};
     if (t.tile_tokens != 32 && t.tile_tokens != 64 && t.tile_tokens != 128 && t.tile_tokens != 144 &&
         t.tile_tokens != 256)

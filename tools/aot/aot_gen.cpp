@@ -32,7 +32,8 @@ int main(int argc, char** argv) try {
   }
   if (const char* dir = std::getenv(mxmoe::kKernelSourceDirVariable); dir && *dir) {
     // The set must be compiled from the sources the library embeds, under the keys it looks up.
-    std::fprintf(stderr, "mxmoe_aot_gen: error: %s is set (%s); unset it to build\n", mxmoe::kKernelSourceDirVariable, dir);
+    std::fprintf(stderr, "mxmoe_aot_gen: error: %s is set (%s); unset it to build\n", mxmoe::kKernelSourceDirVariable,
+                 dir);
     return 1;
   }
   const std::filesystem::path out_dir = argv[1];
