@@ -67,8 +67,10 @@ while [ $# -gt 0 ]; do
     tune|bench)
       args=()
       while [ $# -gt 0 ] && ! [[ "$1" =~ ^(tests|sanitizer|racecheck|profile|tune|bench)$ ]]; do args+=("$1"); shift; done
-      runs=$((${runs:-0} + 1))
-      [ "$step" = bench ] && args+=(--json "$out/bench$([ "$runs" -gt 1 ] && echo "-$runs").json")
+      if [ "$step" = bench ]; then
+        bench_runs=$((${bench_runs:-0} + 1))
+        args+=(--json "$out/bench$([ "$bench_runs" -gt 1 ] && echo "-$bench_runs").json")
+      fi
       echo "== mxmoe $step ${args[*]}" >> "$out/$step.log"
       build/mxmoe "$step" "${args[@]}" >> "$out/$step.log" 2>&1
       rc=$?; status=$((status | rc))
