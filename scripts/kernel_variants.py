@@ -24,18 +24,47 @@ ZEROED_ACCUMULATORS = (
     "  float acc[kWarpRecords][kTileTokens / 2] = {};  // variant: no MMA may write them\n",
 )
 
+# Each consumer waits for its slot and hands it back at once: nothing read, dequantised or multiplied.
+DELIVERY_ONLY = (
+    WGMMA,
+    "    const unsigned stage = smem_base + s * kStageBytes;\n"
+    "    const unsigned char* records = smem + s * kStageBytes + kActivationBytes;\n",
+    "    mbarrier_arrive(empty + 8 * s);  // variant: the slot back at once\n"
+    "    return;\n"
+    "    const unsigned stage = smem_base + s * kStageBytes;\n"
+    "    const unsigned char* records = smem + s * kStageBytes + kActivationBytes;\n",
+)
+
 VARIANTS = {
     # The ring alone: each consumer waits for its slot and hands it back at once; no record is
     # read, dequantised or multiplied. The time of the tensor copies' delivery.
-    "wgmma-delivery-only": [
-        ZEROED_ACCUMULATORS,
+    "wgmma-delivery-only": [ZEROED_ACCUMULATORS, DELIVERY_ONLY],
+    # The ring's weights alone: as delivery-only, with no activation box copied.
+    "wgmma-delivery-weights-only": [
+        ZEROED_ACCUMULATORS, DELIVERY_ONLY,
         (WGMMA,
-         "    const unsigned stage = smem_base + s * kStageBytes;\n"
-         "    const unsigned char* records = smem + s * kStageBytes + kActivationBytes;\n",
-         "    mbarrier_arrive(empty + 8 * s);  // variant: the slot back at once\n"
-         "    return;\n"
-         "    const unsigned stage = smem_base + s * kStageBytes;\n"
-         "    const unsigned char* records = smem + s * kStageBytes + kActivationBytes;\n"),
+         "    const int boxes = (tokens + kWgmmaBoxTokens - 1) / kWgmmaBoxTokens;\n",
+         "    const int boxes = 0 * tokens;  // variant: no activations\n"),
+    ],
+    # The ring's activations alone: as delivery-only, with no record copied.
+    "wgmma-delivery-activations-only": [
+        ZEROED_ACCUMULATORS, DELIVERY_ONLY,
+        (WGMMA,
+         "      mbarrier_arrive_expect_tx(full + 8 * s, boxes * kBoxBytes + kRecords * kRecordBytes);\n"
+         "      tensor_copy_3d(stage + kActivationBytes, weights, 0, kt, expert * row_tiles + first_row_tile, full + 8 * s);\n",
+         "      mbarrier_arrive_expect_tx(full + 8 * s, boxes * kBoxBytes);  // variant: no records\n"),
+    ],
+    # The slot handed back as soon as the consumer has read its records, before the MMAs read its
+    # activations (which the next copy into the slot may overwrite): the time the kernel would take
+    # if the weights' ring were released at once and the activations arrived in time.
+    "wgmma-early-release": [
+        (WGMMA,
+         "    dequantize_records(values, scale_words, a[set.value]);\n",
+         "    mbarrier_arrive(empty + 8 * s);  // variant: released before the MMAs\n"
+         "    dequantize_records(values, scale_words, a[set.value]);\n"),
+        (WGMMA,
+         "    if (slice > 0) mbarrier_arrive(empty + 8 * ((slice - 1) % kStages));\n",
+         ""),
     ],
     # Records read and dequantised, no MMA: the fragments are kept alive by empty asm statements.
     "wgmma-no-mma": [

@@ -28,13 +28,15 @@ constexpr long long kStreamK16RowsExpected = 12;
 // On sm_90a the wgmma family past the stream-K GEMV (H100, docs/perf-notes.md, "records by one
 // tensor copy", "the heuristic's tiles against the others" and "a 144-token tile"), its token tile
 // one that the expected rows per expert fill: 32 tokens (a 6-deep ring) below 32 rows, where it
-// beats the mma tiles by ~1.26x at 16; 64 (5-deep) below 64; 128 (6-deep, 2-4 % ahead of 4-deep at
+// beats the mma tiles by ~1.26x at 16; 64 (5-deep, four consumer warpgroups of one record a warp:
+// 4 % ahead of two of two records at 32-48 rows on gpt-oss-20b, even on gpt-oss-120b; "four
+// consumer warpgroups, measured") below 64; 128 (6-deep, 2-4 % ahead of 4-deep at
 // 64 rows: "MMA widths in steps of 16") below 112; 144 below 144, which holds the experts of a
 // count above 128 in one tile (at 128 expected rows 10-11 % ahead of the 128-token tile, whose
 // second, nearly empty tiles cost ~0.4 of a full one); from 144 the 128-row x 256-token tile,
 // whose m64n256 MMAs keep the tensor pipe busier (1 % ahead at 144 rows, 11-14 % at 160-176).
 const Tactic kWgmma32{.family = "wgmma", .tile_rows = 256, .tile_tokens = 32, .warps_rows = 8, .smem_stages = 6};
-const Tactic kWgmma64{.family = "wgmma", .tile_rows = 256, .tile_tokens = 64, .warps_rows = 8, .smem_stages = 5};
+const Tactic kWgmma64{.family = "wgmma", .tile_rows = 256, .tile_tokens = 64, .warps_rows = 16, .smem_stages = 5};
 const Tactic kWgmmaPrefill{.family = "wgmma", .tile_rows = 256, .tile_tokens = 128, .warps_rows = 8, .smem_stages = 6};
 const Tactic kWgmma144{.family = "wgmma", .tile_rows = 256, .tile_tokens = 144, .warps_rows = 8, .smem_stages = 6};
 const Tactic kWgmmaWide{.family = "wgmma", .tile_rows = 128, .tile_tokens = 256, .warps_rows = 8, .smem_stages = 4};
