@@ -46,6 +46,8 @@ class WgmmaFamily final : public KernelFamily {
         {wgmma(128, 64, 8, 6), "33-64 rows per expert: two consumer warpgroups of one 64-row block each"},
         {wgmma(256, 64, 8, 5), "33-64 rows per expert, tall: each staged activation slice feeds 256 rows"},
         {wgmma(256, 64, 16, 5), "33-64 rows per expert, tall, four consumer warpgroups of one 64-row block"},
+        {wgmma(256, 96, 16, 5), "~64 rows per expert in one tile, four consumer warpgroups (48 accumulators: 112 registers)"},
+        {wgmma(256, 96, 16, 6), "~64 rows per expert in one tile, four consumer warpgroups, 6-deep ring"},
         {wgmma(128, 128, 8, 5), "65+ rows per expert: 64 x 128 accumulators per consumer warpgroup"},
         {wgmma(192, 128, 12, 4), "65+ rows per expert: three consumer warpgroups; 192 divides 2880 and 5760"},
         {wgmma(256, 128, 8, 4), "65+ rows per expert: fewest bytes per FLOP (two 64-row blocks per warp)"},
@@ -124,7 +126,7 @@ class WgmmaFamily final : public KernelFamily {
     }
     if (t.tile_rows % (16 * t.warps_rows) != 0) return "tile rows must split into whole 16-row records per warp";
     if (t.tile_tokens < 32 || kernels::tile_size(kernels::tile_size_index(t.tile_tokens)) != t.tile_tokens)
-      return "tile tokens must be 32, 64, 128, 144 or 256 (a wgmma N the routing has tile offsets for)";
+      return "tile tokens must be 32, 64, 96, 128, 144 or 256 (a wgmma N the routing has tile offsets for)";
     if (const int needed = consumer_registers_needed(t); needed > kernels::wgmma_consumer_registers(t.warps_rows)) {
       return std::to_string(needed) + " registers per consumer thread (accumulators, two fragment sets, " +
              std::to_string(kOtherConsumerRegisters) + " others), " +

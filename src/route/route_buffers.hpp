@@ -7,15 +7,17 @@ namespace mxmoe::kernels {
 
 // Token tiles whose per-expert prefix sums the permutation precomputes for the tiled kernels:
 // tile_offsets[i][e] = sum over experts before e of ceil(count / tile_size(i)). The sizes ascend:
-// the powers of two from 8 to 256, and 144, which holds an expert of 128 expected rows (mean plus
-// ~1.4 standard deviations of a uniform routing's count) in one tile where 128 would leave about
-// half the experts a second, nearly empty one.
-constexpr int kTileSizeCount = 7;
+// the powers of two from 8 to 256, and two that hold the experts of a uniform routing's common
+// counts in one tile where the next power of two would be mostly padding or leave about half the
+// experts a second, nearly empty one: 96 for 64 expected rows (mean plus ~4 standard deviations)
+// and 144 for 128 (plus ~1.4).
+constexpr int kTileSizeCount = 8;
 #if defined(__CUDACC__)
 __host__ __device__
 #endif
 constexpr int tile_size(int index) {
-  return index == 5 ? 144 : 8 << (index < 5 ? index : index - 1);
+  constexpr int kTileSizes[kTileSizeCount] = {8, 16, 32, 64, 96, 128, 144, 256};
+  return kTileSizes[index];
 }
 // The smallest precomputed tile size of at least `tokens` (the last for more than 256).
 constexpr int tile_size_index(int tokens) {

@@ -45,9 +45,9 @@ BrokenRule first_broken_rule(const Tactic& t, const Arch& arch) {
     if (t.warps_rows != 8 && t.warps_rows != 12 && t.warps_rows != 16)
       return {"2-4 consumer warpgroups", "consumer warps"};
     if (t.tile_rows % (16 * t.warps_rows) != 0) return {"whole 16-row records per warp", "16-row records"};
-    if (t.tile_tokens != 32 && t.tile_tokens != 64 && t.tile_tokens != 128 && t.tile_tokens != 144 &&
-        t.tile_tokens != 256)
-      return {"the wgmma N: 32, 64, 128, 144 or 256 tokens", "32, 64, 128, 144 or 256"};
+    if (t.tile_tokens != 32 && t.tile_tokens != 64 && t.tile_tokens != 96 && t.tile_tokens != 128 &&
+        t.tile_tokens != 144 && t.tile_tokens != 256)
+      return {"the wgmma N: 32, 64, 96, 128, 144 or 256 tokens", "32, 64, 96, 128, 144 or 256"};
     // a consumer thread's accumulators, two fragment sets of 16 a record and 32 others in what the
     // launch's registers leave it beside a 24-register producer: 240, 160 or 112
     const int warp_records = t.tile_rows / t.warps_rows / 16;
@@ -147,6 +147,8 @@ TEST(TacticTable, ValidEntriesObeyTheRulesAndInvalidOnesSayWhy) {
 // would walk another size's offsets.
 TEST(TacticTable, TiledTacticsTileByARoutingTileSize) {
   for (int i = 1; i < kernels::kTileSizeCount; ++i) EXPECT_LT(kernels::tile_size(i - 1), kernels::tile_size(i));
+  EXPECT_EQ(kernels::tile_size(kernels::tile_size_index(65)), 96);
+  EXPECT_EQ(kernels::tile_size(kernels::tile_size_index(97)), 128);
   EXPECT_EQ(kernels::tile_size(kernels::tile_size_index(144)), 144);
   EXPECT_EQ(kernels::tile_size(kernels::tile_size_index(129)), 144);
   EXPECT_EQ(kernels::tile_size(kernels::tile_size_index(145)), 256);
