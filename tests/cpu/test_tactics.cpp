@@ -308,7 +308,9 @@ TEST(Heuristic, PinnedChoices) {
       {"gpt-oss-20b", 248, "wgmma.r256x32.w8.s6.k1", "wgmma.r256x32.w8.s6.k1"},  // expected 31 rows
       {"gpt-oss-20b", 249, "wgmma.r256x64.w16.s5.k1", "wgmma.r256x64.w16.s5.k1"},  // 32: 64 tokens a tile
       {"gpt-oss-20b", 504, "wgmma.r256x64.w16.s5.k1", "wgmma.r256x64.w16.s5.k1"},  // 63
-      {"gpt-oss-20b", 505, "wgmma.r256x128.w8.s6.k1", "wgmma.r256x128.w8.s6.k1"}, // 64: 128 tokens a tile
+      {"gpt-oss-20b", 505, "wgmma.r256x96.w16.s6.k1", "wgmma.r256x96.w16.s6.k1"},  // 64: 96 tokens a tile
+      {"gpt-oss-20b", 696, "wgmma.r256x96.w16.s6.k1", "wgmma.r256x96.w16.s6.k1"},  // 87
+      {"gpt-oss-20b", 697, "wgmma.r256x128.w8.s6.k1", "wgmma.r256x128.w8.s6.k1"},  // 88: 128 tokens a tile
       {"gpt-oss-20b", 888, "wgmma.r256x128.w8.s6.k1", "wgmma.r256x128.w8.s6.k1"},  // 111
       {"gpt-oss-20b", 889, "wgmma.r256x144.w8.s6.k1", "wgmma.r256x144.w8.s6.k1"},  // 112: 144 tokens a tile
       {"gpt-oss-20b", 1144, "wgmma.r256x144.w8.s6.k1", "wgmma.r256x144.w8.s6.k1"}, // 143
@@ -323,7 +325,9 @@ TEST(Heuristic, PinnedChoices) {
       {"gpt-oss-120b", 992, "wgmma.r256x32.w8.s6.k1", "wgmma.r256x32.w8.s6.k1"},
       {"gpt-oss-120b", 993, "wgmma.r256x64.w16.s5.k1", "wgmma.r256x64.w16.s5.k1"},
       {"gpt-oss-120b", 2016, "wgmma.r256x64.w16.s5.k1", "wgmma.r256x64.w16.s5.k1"},
-      {"gpt-oss-120b", 2017, "wgmma.r256x128.w8.s6.k1", "wgmma.r256x128.w8.s6.k1"},
+      {"gpt-oss-120b", 2017, "wgmma.r256x96.w16.s6.k1", "wgmma.r256x96.w16.s6.k1"},
+      {"gpt-oss-120b", 2784, "wgmma.r256x96.w16.s6.k1", "wgmma.r256x96.w16.s6.k1"},
+      {"gpt-oss-120b", 2785, "wgmma.r256x128.w8.s6.k1", "wgmma.r256x128.w8.s6.k1"},
       {"gpt-oss-120b", 3552, "wgmma.r256x128.w8.s6.k1", "wgmma.r256x128.w8.s6.k1"},
       {"gpt-oss-120b", 3553, "wgmma.r256x144.w8.s6.k1", "wgmma.r256x144.w8.s6.k1"},
       {"gpt-oss-120b", 4576, "wgmma.r256x144.w8.s6.k1", "wgmma.r256x144.w8.s6.k1"},
