@@ -27,12 +27,16 @@ ZEROED_ACCUMULATORS = (
 # Each consumer waits for its slot and hands it back at once: nothing read, dequantised or multiplied.
 DELIVERY_ONLY = (
     WGMMA,
-    "    const unsigned stage = smem_base + s * kStageBytes;\n"
-    "    const unsigned char* records = smem + s * kStageBytes + kActivationBytes;\n",
-    "    mbarrier_arrive(empty + 8 * s);  // variant: the slot back at once\n"
-    "    return;\n"
-    "    const unsigned stage = smem_base + s * kStageBytes;\n"
-    "    const unsigned char* records = smem + s * kStageBytes + kActivationBytes;\n",
+    "      mbarrier_wait(full + barrier_offset, phase);\n"
+    "      // Every record is dequantised",
+    "      mbarrier_wait(full + barrier_offset, phase);\n"
+    "      mbarrier_arrive(empty + barrier_offset);  // variant: the slot back at once\n"
+    "      if (true) {\n"
+    "        (void)slice;\n"
+    "        advance();\n"
+    "        return;\n"
+    "      }\n"
+    "      // Every record is dequantised",
 )
 
 VARIANTS = {
@@ -59,26 +63,44 @@ VARIANTS = {
     # if the weights' ring were released at once and the activations arrived in time.
     "wgmma-early-release": [
         (WGMMA,
-         "    dequantize_records(values, scale_words, a[set.value]);\n",
-         "    mbarrier_arrive(empty + 8 * s);  // variant: released before the MMAs\n"
-         "    dequantize_records(values, scale_words, a[set.value]);\n"),
+         "      dequantize_records(values, scale_words, a[set.value]);\n",
+         "      mbarrier_arrive(empty + barrier_offset);  // variant: released before the MMAs\n"
+         "      dequantize_records(values, scale_words, a[set.value]);\n"),
         (WGMMA,
-         "    if (slice > 0) mbarrier_arrive(empty + 8 * ((slice - 1) % kStages));\n",
+         "      if (slice > 0) mbarrier_arrive(empty + previous_barrier_offset);\n",
          ""),
+    ],
+    # The consumers alone: the producer copies nothing and arrives on each slot's full barrier at
+    # once, so the consumers dequantise and multiply whatever the slots hold (every record on the
+    # one-multiply path, as real weights take) as fast as they can. With the delivery-only
+    # variants, it splits the kernel's time between its two halves.
+    "wgmma-consumers-only": [
+        (WGMMA,
+         "      mbarrier_arrive_expect_tx(full + 8 * s, boxes * kBoxBytes + kRecords * kRecordBytes);\n"
+         "      tensor_copy_3d(stage + kActivationBytes, weights, 0, kt, expert * row_tiles + first_row_tile, full + 8 * s);\n"
+         "      for (int box = 0; box < boxes; ++box) {\n",
+         "      mbarrier_arrive(full + 8 * s);  // variant: nothing copied\n"
+         "      (void)stage; (void)kt;\n"
+         "      for (int box = 0; box < 0 * boxes; ++box) {\n"),
+        ("kernels/mxfp4_fragment.cuh",
+         "  bool one_multiply = true;\n",
+         "  bool one_multiply = true;  // variant: always\n  if (true) {\n"
+         "#pragma unroll\n    for (int r = 0; r < kRecords; ++r) dequantize_record_one_multiply(values[r], scale_words[r], a[r]);\n"
+         "    return;\n  }\n"),
     ],
     # Records read and dequantised, no MMA: the fragments are kept alive by empty asm statements.
     "wgmma-no-mma": [
         ZEROED_ACCUMULATORS,
         (WGMMA,
-         "    multiply_slice<1, kTileTokens / 16>(acc, a[set.value], descriptor, slice == 0, tokens);\n"
-         "    wgmma_wait<1>();\n",
-         "    (void)descriptor;  // variant: no MMA; the fragments must still be made\n"
+         "      multiply_slice<kN>(acc, a[set.value], descriptor0 + stage_offset / 16, slice == 0);\n"
+         "      wgmma_wait<1>();\n",
+         "      (void)descriptor0;  // variant: no MMA; the fragments must still be made\n"
          "#pragma unroll\n"
-         "    for (int r = 0; r < kWarpRecords; ++r)\n"
+         "      for (int r = 0; r < kWarpRecords; ++r)\n"
          "#pragma unroll\n"
-         "      for (int j = 0; j < 4; ++j)\n"
+         "        for (int j = 0; j < 4; ++j)\n"
          "#pragma unroll\n"
-         "        for (int i = 0; i < 4; ++i) asm volatile(\"\" ::\"r\"(a[set.value][r][j][i]));\n"),
+         "          for (int i = 0; i < 4; ++i) asm volatile(\"\" ::\"r\"(a[set.value][r][j][i]));\n"),
     ],
     # Records read and multiplied with their bit extraction left out: each fragment register is a
     # raw word times a per-register constant (one bf16x2 multiply, as the dequantisation's scale
@@ -86,7 +108,7 @@ VARIANTS = {
     # words moved or added into the fragments instead make ptxas serialise the MMAs (C7511/C7512).
     "wgmma-no-extraction": [
         (WGMMA,
-         "    dequantize_records(values, scale_words, a[set.value]);\n",
+         "      dequantize_records(values, scale_words, a[set.value]);\n",
          "    (void)scale_words;  // variant: no extraction, the multiplies alone\n"
          "#pragma unroll\n"
          "    for (int r = 0; r < kWarpRecords; ++r) {\n"
@@ -98,6 +120,10 @@ VARIANTS = {
          "    }\n"),
     ],
 }
+
+# The consumers alone, with the extraction or the MMAs left out as in the variants above.
+VARIANTS["wgmma-consumers-only-no-extraction"] = VARIANTS["wgmma-consumers-only"][:1] + VARIANTS["wgmma-no-extraction"]
+VARIANTS["wgmma-consumers-only-no-mma"] = VARIANTS["wgmma-consumers-only"] + VARIANTS["wgmma-no-mma"]
 
 
 def write_variant(name: str, out: Path) -> None:

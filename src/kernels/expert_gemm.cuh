@@ -190,6 +190,28 @@ __device__ __forceinline__ TokenTile token_tile(const ExpertGemmArgs& args, int 
   return t;
 }
 
+// token_tile with the search for the tile's expert spread over the lanes of a warp, which must
+// all call it (each gets the result): the tile offsets come in one round trip, ceil(E / 32) a lane
+// at once, where the binary search waits on log2(E) dependent loads; the expert's rows take a
+// second. A CTA's first copies wait on this lookup.
+template <int kTileTokens>
+__device__ __forceinline__ TokenTile token_tile_by_warp(const ExpertGemmArgs& args, int tile) {
+  const int lane = threadIdx.x % 32;
+  const int tiles = args.tile_offsets[args.num_experts];
+  int experts_at_or_below = 0;  // experts e with tile_offsets[e] <= tile: the tile's expert and those before
+#pragma unroll 4
+  for (int base = 0; base < args.num_experts; base += 32) {
+    const int e = base + lane;
+    experts_at_or_below += __popc(__ballot_sync(~0u, e < args.num_experts && args.tile_offsets[e] <= tile));
+  }
+  TokenTile t;
+  if (tile >= tiles) return t;
+  t.expert = experts_at_or_below - 1;  // tile_offsets[0] = 0 <= tile
+  t.first_row = args.expert_offsets[t.expert] + (tile - args.tile_offsets[t.expert]) * kTileTokens;
+  t.tokens = min(kTileTokens, args.expert_offsets[t.expert + 1] - t.first_row);
+  return t;
+}
+
 // Reads the routing: call it after FC1's wait for the routing.
 __device__ __forceinline__ GemvWork gemv_work(const ExpertGemmArgs& args, int slot, int split, int k_split) {
   // Both loads at once (slot < E, so the second is in bounds even past the active count).

@@ -94,32 +94,41 @@ struct FragmentSet {
   static constexpr int value = kSet;
 };
 
-// A consumer warpgroup's MMAs of one slice at width 16 c, for the c of [kLow, kHigh] that is the
-// narrowest to cover the tile's `tokens` (found by halving the range: four uniform branches for a
-// 256-token tile): an expert's partial token tile then costs the MMAs of what it holds, rounded up
-// to 16 tokens. The widths write prefixes of the same accumulators; `first`: the tile's first
-// slice, whose first k-step overwrites them. Each width commits its own MMAs as one group (a commit
-// after the branches compiles to an empty MMA, a group of its own).
-template <int kLow, int kHigh, int kWarpRecords, int kAccumulators>
-__device__ __forceinline__ void multiply_slice(float (&acc)[kWarpRecords][kAccumulators],
-                                               const unsigned (&a)[kWarpRecords][4][4], unsigned long long descriptor,
-                                               bool first, int tokens) {
+// Calls f(Constant<c>) for the c of [kLow, kHigh] that is the narrowest to cover `tokens` with MMA
+// width 16 c, found by halving the range (four uniform branches for a 256-token tile). A CTA's
+// tokens are fixed, so this runs once, around its whole main loop: each width gets a loop of its own
+// with no branch between the dequantisation and the MMAs, and an expert's partial token tile costs
+// the MMAs of what it holds, rounded up to 16 tokens.
+template <int kValue>
+struct Constant {
+  static constexpr int value = kValue;
+};
+template <int kLow, int kHigh, class F>
+__device__ __forceinline__ void with_mma_width(int tokens, F&& f) {
   if constexpr (kLow < kHigh) {
     constexpr int kMiddle = (kLow + kHigh) / 2;
     if (tokens <= 16 * kMiddle) {
-      multiply_slice<kLow, kMiddle>(acc, a, descriptor, first, tokens);
+      with_mma_width<kLow, kMiddle>(tokens, f);
     } else {
-      multiply_slice<kMiddle + 1, kHigh>(acc, a, descriptor, first, tokens);
+      with_mma_width<kMiddle + 1, kHigh>(tokens, f);
     }
   } else {
-    wgmma_fence();  // here, not before the branches: ptxas would add one to each branch (C7519)
-#pragma unroll
-    for (int r = 0; r < kWarpRecords; ++r) {
-#pragma unroll
-      for (int j = 0; j < 4; ++j) WgmmaBf16<16 * kLow>::run(acc[r], a[r][j], descriptor + 2 * j, !first || j > 0);
-    }
-    wgmma_commit();
+    f(Constant<kLow>{});
   }
+}
+
+// A consumer warpgroup's MMAs of one slice at width kN, committed as one group; `first`: the tile's
+// first slice, whose first k-step overwrites the accumulators (the widths write prefixes of them).
+template <int kN, int kWarpRecords, int kAccumulators>
+__device__ __forceinline__ void multiply_slice(float (&acc)[kWarpRecords][kAccumulators],
+                                               const unsigned (&a)[kWarpRecords][4][4], unsigned long long descriptor, bool first) {
+  wgmma_fence();
+#pragma unroll
+  for (int r = 0; r < kWarpRecords; ++r) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) WgmmaBf16<kN>::run(acc[r], a[r][j], descriptor + 2 * j, !first || j > 0);
+  }
+  wgmma_commit();
 }
 
 template <int kTileRows, int kTileTokens, int kConsumerWarps, int kStages, bool kFc1>
@@ -144,7 +153,7 @@ __global__ void __launch_bounds__(kWgmmaProducerThreads + kConsumerWarps * 32, 1
   allow_dependent_grids();
   const int row_tiles = args.rows / kRecordRows;
   const int row_blocks = (row_tiles + kRecords - 1) / kRecords;
-  const auto [expert, first_row, tokens] = token_tile<kTileTokens>(args, blockIdx.x / row_blocks);
+  const auto [expert, first_row, tokens] = token_tile_by_warp<kTileTokens>(args, blockIdx.x / row_blocks);
   if (expert < 0) return;
   const int first_row_tile = blockIdx.x % row_blocks * kRecords;
   const int split = blockIdx.y;
@@ -183,50 +192,77 @@ __global__ void __launch_bounds__(kWgmmaProducerThreads + kConsumerWarps * 32, 1
   const int group = consumer_warp / 4, group_warp = consumer_warp % 4;
   // Record of block r of this warp within the tile: 64-row block (group, r), its 16-row part group_warp.
   auto record_of = [&](int r) { return (group * kWarpRecords + r) * 4 + group_warp; };
+  // A warpgroup whose 64-row blocks all lie past the matrix's rows (in an expert's last row block)
+  // only passes the slots along. (The vote tells the compiler what holds anyway, that the branch is
+  // uniform across the warp, else the main loop's ring counters leave the uniform registers.)
+  if (__all_sync(~0u, first_row_tile + group * kWarpRecords * 4 >= row_tiles)) {
+    for (int slice = 0; slice < k_slices; ++slice) {
+      mbarrier_wait(full + 8 * (slice % kStages), (slice / kStages) & 1);
+      mbarrier_arrive(empty + 8 * (slice % kStages));
+    }
+    return;
+  }
+  // The ring position of the next slice, counted along (no division by kStages per slice): its
+  // slot's byte offset and barrier offset, the parity of that slot's fill, and the barrier offset of
+  // the slot before, which a step hands back.
+  unsigned stage_offset = 0, barrier_offset = 0, previous_barrier_offset = 0, phase = 0;
+  auto advance = [&] {
+    previous_barrier_offset = barrier_offset;
+    stage_offset += kStageBytes;
+    barrier_offset += 8;
+    if (barrier_offset == 8 * kStages) {
+      stage_offset = barrier_offset = 0;
+      phase ^= 1;
+    }
+  };
+  const unsigned long long descriptor0 = wgmma_descriptor_sw128(smem_base);  // + stage_offset / 16: no carry
+  const unsigned char* lane_values = smem + kActivationBytes + 16 * lane;
+  const unsigned char* lane_scales = smem + kActivationBytes + kRecordValueBytes + 4 * (lane / 4);
   float acc[kWarpRecords][kTileTokens / 2];  // the first slice's MMAs overwrite them
   unsigned a[2][kWarpRecords][4][4];
-
-  // Slice `slice` through register set `set`: wait for its slot, dequantise, issue its MMAs, then
-  // hand back the slot of the slice before (whose MMAs the wait for all but the newest group ends).
-  auto step = [&](int slice, auto set) {
-    const int s = slice % kStages;
-    mbarrier_wait(full + 8 * s, (slice / kStages) & 1);
-    const unsigned stage = smem_base + s * kStageBytes;
-    const unsigned char* records = smem + s * kStageBytes + kActivationBytes;
-    // Every record is dequantised, with no test of its row tile: one past the matrix's rows holds
-    // zeros (past the last expert) or the next expert's rows, whose MMA rows the epilogue skips.
-    uint4 values[kWarpRecords];
-    unsigned scale_words[kWarpRecords];
+  with_mma_width<1, kTileTokens / 16>(tokens, [&](auto width) {
+    constexpr int kN = 16 * decltype(width)::value;
+    // One slice through register set `set`: wait for its slot, dequantise, issue its MMAs, then
+    // hand back the slot of the slice before (whose MMAs the wait for all but the newest group
+    // ends).
+    auto step = [&](int slice, auto set) {
+      mbarrier_wait(full + barrier_offset, phase);
+      // Every record is dequantised, with no test of its row tile: one past the matrix's rows holds
+      // zeros (past the last expert) or the next expert's rows, whose MMA rows the epilogue skips.
+      uint4 values[kWarpRecords];
+      unsigned scale_words[kWarpRecords];
+#pragma unroll
+      for (int r = 0; r < kWarpRecords; ++r) {
+        values[r] = *reinterpret_cast<const uint4*>(lane_values + stage_offset + record_of(r) * kRecordBytes);
+        scale_words[r] = *reinterpret_cast<const unsigned*>(lane_scales + stage_offset + record_of(r) * kRecordBytes);
+      }
+      dequantize_records(values, scale_words, a[set.value]);
+      multiply_slice<kN>(acc, a[set.value], descriptor0 + stage_offset / 16, slice == 0);
+      wgmma_wait<1>();
+      // Every consumer thread arrives: an arrival releases the arriving thread's own reads only.
+      if (slice > 0) mbarrier_arrive(empty + previous_barrier_offset);
+      advance();
+    };
+    for (int slice = 0; slice < k_slices; slice += 2) {
+      step(slice, FragmentSet<0>{});
+      if (slice + 1 < k_slices) step(slice + 1, FragmentSet<1>{});
+    }
+    wgmma_wait<0>();
 #pragma unroll
     for (int r = 0; r < kWarpRecords; ++r) {
-      const unsigned char* record = records + record_of(r) * kRecordBytes;
-      values[r] = *reinterpret_cast<const uint4*>(record + 16 * lane);
-      scale_words[r] = *reinterpret_cast<const unsigned*>(record + kRecordValueBytes + 4 * (lane / 4));
+#pragma unroll
+      for (int i = 0; i < kN / 2; ++i) fence_operand(acc[r][i]);
     }
-    dequantize_records(values, scale_words, a[set.value]);
-    const unsigned long long descriptor = wgmma_descriptor_sw128(stage);
-    multiply_slice<1, kTileTokens / 16>(acc, a[set.value], descriptor, slice == 0, tokens);
-    wgmma_wait<1>();
-    // Every consumer thread arrives: an arrival releases the arriving thread's own reads only.
-    if (slice > 0) mbarrier_arrive(empty + 8 * ((slice - 1) % kStages));
-  };
-  for (int slice = 0; slice < k_slices; slice += 2) {
-    step(slice, FragmentSet<0>{});
-    if (slice + 1 < k_slices) step(slice + 1, FragmentSet<1>{});
-  }
-  wgmma_wait<0>();
+    // The epilogue of each width is its own, so that no accumulator of one width's loop is live in
+    // another's (ptxas serialises the MMAs where the widths' loops merge before the stores).
 #pragma unroll
-  for (int r = 0; r < kWarpRecords; ++r) {
-#pragma unroll
-    for (int i = 0; i < kTileTokens / 2; ++i) fence_operand(acc[r][i]);
-  }
-
-#pragma unroll
-  for (int r = 0; r < kWarpRecords; ++r) {
-    const int row_tile = first_row_tile + record_of(r);
-    if (row_tile >= row_tiles) continue;
-    store_accumulator_groups<kTileTokens / 8>(args, acc[r], expert, row_tile, first_row, tokens, split, kFc1);
-  }
+    for (int r = 0; r < kWarpRecords; ++r) {
+      const int row_tile = first_row_tile + record_of(r);
+      if (row_tile >= row_tiles) continue;
+      store_accumulator_groups<kN / 8>(args, reinterpret_cast<const float(&)[kN / 2]>(acc[r]), expert, row_tile,
+                                       first_row, tokens, split, kFc1);
+    }
+  });
 #else
   __trap();  // wgmma needs sm_90a; the family's tactics are valid there alone
 #endif
