@@ -71,9 +71,11 @@ VARIANTS = {
          ""),
     ],
     # The consumers alone: the producer copies nothing and arrives on each slot's full barrier at
-    # once, so the consumers dequantise and multiply whatever the slots hold (every record on the
-    # one-multiply path, as real weights take) as fast as they can. With the delivery-only
-    # variants, it splits the kernel's time between its two halves.
+    # once, so the consumers dequantise and multiply whatever the slots hold as fast as they can;
+    # it first writes real weights' scale codes into every slot, so that every record takes the
+    # one-multiply path (forcing that path in the code instead lets ptxas hoist fragment writes into
+    # the MMAs' pipeline stage and serialise them, C7513). With the delivery-only variants, it
+    # splits the kernel's time between its two halves.
     "wgmma-consumers-only": [
         (WGMMA,
          "      mbarrier_arrive_expect_tx(full + 8 * s, boxes * kBoxBytes + kRecords * kRecordBytes);\n"
@@ -82,11 +84,15 @@ VARIANTS = {
          "      mbarrier_arrive(full + 8 * s);  // variant: nothing copied\n"
          "      (void)stage; (void)kt;\n"
          "      for (int box = 0; box < 0 * boxes; ++box) {\n"),
-        ("kernels/mxfp4_fragment.cuh",
-         "  bool one_multiply = true;\n",
-         "  bool one_multiply = true;  // variant: always\n  if (true) {\n"
-         "#pragma unroll\n    for (int r = 0; r < kRecords; ++r) dequantize_record_one_multiply(values[r], scale_words[r], a[r]);\n"
-         "    return;\n  }\n"),
+        (WGMMA,
+         "    for (int slice = 0; slice < k_slices; ++slice) {\n"
+         "      const int s = slice % kStages;\n",
+         "    for (int s = 0; s < kStages; ++s)  // variant: scale codes of real weights in every slot\n"
+         "      for (int i = 0; i < kRecords * kRecordScaleBytes / 4; ++i)\n"
+         "        *reinterpret_cast<unsigned*>(smem + s * kStageBytes + kActivationBytes + i / 8 * kRecordBytes +\n"
+         "                                     kRecordValueBytes + 4 * (i % 8)) = 0x7F7F7F7Fu;\n"
+         "    for (int slice = 0; slice < k_slices; ++slice) {\n"
+         "      const int s = slice % kStages;\n"),
     ],
     # Records read and dequantised, no MMA: the fragments are kept alive by empty asm statements.
     "wgmma-no-mma": [
@@ -103,26 +109,18 @@ VARIANTS = {
          "          for (int i = 0; i < 4; ++i) asm volatile(\"\" ::\"r\"(a[set.value][r][j][i]));\n"),
     ],
     # Records read and multiplied with their bit extraction left out: each fragment register is a
-    # raw word times a per-register constant (one bf16x2 multiply, as the dequantisation's scale
-    # step; the integer rotations and masks, 36 of its ~61 instructions a record, are gone). Raw
-    # words moved or added into the fragments instead make ptxas serialise the MMAs (C7511/C7512).
+    # raw word (one xor to keep the four apart) times the scale factor, inside the dequantisation's
+    # own range test (the integer rotations and masks, 36 of its ~61 instructions a record, are
+    # gone). Fragments made outside that branch make ptxas serialise the MMAs (C7511-C7513).
     "wgmma-no-extraction": [
-        (WGMMA,
-         "      dequantize_records(values, scale_words, a[set.value]);\n",
-         "    (void)scale_words;  // variant: no extraction, the multiplies alone\n"
-         "#pragma unroll\n"
-         "    for (int r = 0; r < kWarpRecords; ++r) {\n"
-         "      const unsigned words[4] = {values[r].x, values[r].y, values[r].z, values[r].w};\n"
-         "#pragma unroll\n"
-         "      for (int j = 0; j < 4; ++j)\n"
-         "#pragma unroll\n"
-         "        for (int i = 0; i < 4; ++i) a[set.value][r][j][i] = bf16x2_mul(words[j], 0x3F803F80u + i);\n"
-         "    }\n"),
+        ("kernels/mxfp4_fragment.cuh",
+         "      a[j][reg] = bf16x2_mul(e2m1_pair_bits(words[j], reg), factor[2 * (j / 2) + upper_rows]);\n",
+         "      a[j][reg] = bf16x2_mul(words[j] ^ reg, factor[2 * (j / 2) + upper_rows]);  // variant: no extraction\n"),
     ],
 }
 
 # The consumers alone, with the extraction or the MMAs left out as in the variants above.
-VARIANTS["wgmma-consumers-only-no-extraction"] = VARIANTS["wgmma-consumers-only"][:1] + VARIANTS["wgmma-no-extraction"]
+VARIANTS["wgmma-consumers-only-no-extraction"] = VARIANTS["wgmma-consumers-only"] + VARIANTS["wgmma-no-extraction"]
 VARIANTS["wgmma-consumers-only-no-mma"] = VARIANTS["wgmma-consumers-only"] + VARIANTS["wgmma-no-mma"]
 
 
