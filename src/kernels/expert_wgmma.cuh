@@ -87,22 +87,18 @@ struct WgmmaLayout {
   static constexpr int kStageBytes = wgmma_stage_bytes(kTileRows, kTileTokens);
   static constexpr int kConsumerRegisters = wgmma_consumer_registers(kConsumerWarps);
 };
-// Which of the consumers' two fragment register sets a step fills (a constant, so the sets stay
-// registers).
-template <int kSet>
-struct FragmentSet {
-  static constexpr int value = kSet;
+// A compile-time int passed as a value: which of the consumers' two fragment register sets a step
+// fills (a constant, so the sets stay registers), and the MMA width a main loop is made for.
+template <int kValue>
+struct Constant {
+  static constexpr int value = kValue;
 };
 
 // Calls f(Constant<c>) for the c of [kLow, kHigh] that is the narrowest to cover `tokens` with MMA
 // width 16 c, found by halving the range (four uniform branches for a 256-token tile). A CTA's
 // tokens are fixed, so this runs once, around its whole main loop: each width gets a loop of its own
-// with no branch between the dequantisation and the MMAs, and an expert's partial token tile costs
-// the MMAs of what it holds, rounded up to 16 tokens.
-template <int kValue>
-struct Constant {
-  static constexpr int value = kValue;
-};
+// with no width branch in its slices, and an expert's partial token tile costs the MMAs of what it
+// holds, rounded up to 16 tokens.
 template <int kLow, int kHigh, class F>
 __device__ __forceinline__ void with_mma_width(int tokens, F&& f) {
   if constexpr (kLow < kHigh) {
@@ -244,8 +240,8 @@ __global__ void __launch_bounds__(kWgmmaProducerThreads + kConsumerWarps * 32, 1
       advance();
     };
     for (int slice = 0; slice < k_slices; slice += 2) {
-      step(slice, FragmentSet<0>{});
-      if (slice + 1 < k_slices) step(slice + 1, FragmentSet<1>{});
+      step(slice, Constant<0>{});
+      if (slice + 1 < k_slices) step(slice + 1, Constant<1>{});
     }
     wgmma_wait<0>();
 #pragma unroll
