@@ -63,19 +63,18 @@ VARIANTS = {
     # if the weights' ring were released at once and the activations arrived in time.
     "wgmma-early-release": [
         (WGMMA,
-         "      dequantize_records(values, scale_words, a[set.value]);\n",
+         "      dequantize_records(values, scale_words, a[set.value], one_multiply);\n",
          "      mbarrier_arrive(empty + barrier_offset);  // variant: released before the MMAs\n"
-         "      dequantize_records(values, scale_words, a[set.value]);\n"),
+         "      dequantize_records(values, scale_words, a[set.value], one_multiply);\n"),
         (WGMMA,
          "      if (slice > 0) mbarrier_arrive(empty + previous_barrier_offset);\n",
          ""),
     ],
     # The consumers alone: the producer copies nothing and arrives on each slot's full barrier at
-    # once, so the consumers dequantise and multiply whatever the slots hold as fast as they can;
-    # it first writes real weights' scale codes into every slot, so that every record takes the
-    # one-multiply path (forcing that path in the code instead lets ptxas hoist fragment writes into
-    # the MMAs' pipeline stage and serialise them, C7513). With the delivery-only variants, it
-    # splits the kernel's time between its two halves.
+    # once, so the consumers dequantise and multiply whatever the slots hold as fast as they can
+    # (by the path the host's scale test chose, one multiply for real weights, whatever the slots'
+    # scale bytes). With the delivery-only variants, it splits the kernel's time between its two
+    # halves.
     "wgmma-consumers-only": [
         (WGMMA,
          "      mbarrier_arrive_expect_tx(full + 8 * s, boxes * kBoxBytes + kRecords * kRecordBytes);\n"
@@ -84,15 +83,6 @@ VARIANTS = {
          "      mbarrier_arrive(full + 8 * s);  // variant: nothing copied\n"
          "      (void)stage; (void)kt;\n"
          "      for (int box = 0; box < 0 * boxes; ++box) {\n"),
-        (WGMMA,
-         "    for (int slice = 0; slice < k_slices; ++slice) {\n"
-         "      const int s = slice % kStages;\n",
-         "    for (int s = 0; s < kStages; ++s)  // variant: scale codes of real weights in every slot\n"
-         "      for (int i = 0; i < kRecords * kRecordScaleBytes / 4; ++i)\n"
-         "        *reinterpret_cast<unsigned*>(smem + s * kStageBytes + kActivationBytes + i / 8 * kRecordBytes +\n"
-         "                                     kRecordValueBytes + 4 * (i % 8)) = 0x7F7F7F7Fu;\n"
-         "    for (int slice = 0; slice < k_slices; ++slice) {\n"
-         "      const int s = slice % kStages;\n"),
     ],
     # Records read and dequantised, no MMA: the fragments are kept alive by empty asm statements.
     "wgmma-no-mma": [
@@ -109,9 +99,9 @@ VARIANTS = {
          "          for (int i = 0; i < 4; ++i) asm volatile(\"\" ::\"r\"(a[set.value][r][j][i]));\n"),
     ],
     # Records read and multiplied with their bit extraction left out: each fragment register is a
-    # raw word (one xor to keep the four apart) times the scale factor, inside the dequantisation's
-    # own range test (the integer rotations and masks, 36 of its ~61 instructions a record, are
-    # gone). Fragments made outside that branch make ptxas serialise the MMAs (C7511-C7513).
+    # raw word (one xor to keep the four apart) times the scale factor, inside the one-multiply
+    # path (the integer rotations and masks, 36 of its ~61 instructions a record, are gone).
+    # Fragments made outside that path make ptxas serialise the MMAs (C7511-C7513).
     "wgmma-no-extraction": [
         ("kernels/mxfp4_fragment.cuh",
          "      a[j][reg] = bf16x2_mul(e2m1_pair_bits(words[j], reg), factor[2 * (j / 2) + upper_rows]);\n",

@@ -3,6 +3,7 @@
 // kernels/mxfp4_fragment.cuh, and place a code's bits in the word with e2m1_place_code.
 #include "format/mxfp4_records.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 
@@ -127,6 +128,10 @@ void unpack_records(const RecordGeometry& g, RowOrder order, std::span<const uin
       [&](size_t byte, long long block) {
         if (block >= 0) scales[block] = records[byte];
       });
+}
+
+bool scales_take_one_multiply(std::span<const uint8_t> scales) {
+  return std::all_of(scales.begin(), scales.end(), [](uint8_t s) { return s >= 1 && s <= 128; });
 }
 
 std::vector<float> pack_row_vector(const RecordGeometry& g, RowOrder order, std::span<const uint16_t> bf16_bits) {

@@ -32,6 +32,10 @@ std::vector<uint8_t> pack_records(const RecordGeometry& g, RowOrder order, std::
 void unpack_records(const RecordGeometry& g, RowOrder order, std::span<const uint8_t> records,
                     std::span<uint8_t> blocks, std::span<uint8_t> scales);
 
+// Whether every E8M0 code of `scales` lies in [1, 128], the range in which the kernels dequantise
+// with one multiply (kernels::scale_codes_take_one_multiply); the records' K padding holds code 127.
+bool scales_take_one_multiply(std::span<const uint8_t> scales);
+
 // Per-row vectors (biases) in packed row order, as float.
 std::vector<float> pack_row_vector(const RecordGeometry& g, RowOrder order, std::span<const uint16_t> bf16_bits);
 

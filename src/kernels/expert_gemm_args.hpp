@@ -40,6 +40,10 @@ struct ExpertGemmArgs {
   // (threads x tokens / 2 floats) and a flag that they are written (the routing zeroes it).
   float* stream_partials;
   int* stream_flags;
+  // 1 where every scale code of `records` lies in [1, 128] (scale_codes_take_one_multiply: all real
+  // weights), so that a kernel may dequantise every record with one multiply without testing its
+  // scales (the wgmma family); 0 where some does not, or it is not known.
+  int scales_one_multiply;
 };
 
 // A CUDA tensor map (CUtensorMap: 128 opaque bytes, 64-byte aligned) as a kernel parameter, for

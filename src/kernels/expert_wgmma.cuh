@@ -214,6 +214,8 @@ __global__ void __launch_bounds__(kWgmmaProducerThreads + kConsumerWarps * 32, 1
   const unsigned long long descriptor0 = wgmma_descriptor_sw128(smem_base);  // + stage_offset / 16: no carry
   const unsigned char* lane_values = smem + kActivationBytes + 16 * lane;
   const unsigned char* lane_scales = smem + kActivationBytes + kRecordValueBytes + 4 * (lane / 4);
+  // The matrix's scale range, known on the host: no range test and branch on each slice's scales.
+  const bool one_multiply = args.scales_one_multiply != 0;
   float acc[kWarpRecords][kTileTokens / 2];  // the first slice's MMAs overwrite them
   unsigned a[2][kWarpRecords][4][4];
   with_mma_width<1, kTileTokens / 16>(tokens, [&](auto width) {
@@ -232,7 +234,7 @@ __global__ void __launch_bounds__(kWgmmaProducerThreads + kConsumerWarps * 32, 1
         values[r] = *reinterpret_cast<const uint4*>(lane_values + stage_offset + record_of(r) * kRecordBytes);
         scale_words[r] = *reinterpret_cast<const unsigned*>(lane_scales + stage_offset + record_of(r) * kRecordBytes);
       }
-      dequantize_records(values, scale_words, a[set.value]);
+      dequantize_records(values, scale_words, a[set.value], one_multiply);
       multiply_slice<kN>(acc, a[set.value], descriptor0 + stage_offset / 16, slice == 0);
       wgmma_wait<1>();
       // Every consumer thread arrives: an arrival releases the arriving thread's own reads only.

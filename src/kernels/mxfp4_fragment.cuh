@@ -156,15 +156,13 @@ __device__ __forceinline__ void dequantize_record(uint4 values, unsigned scale_w
   }
 }
 
-// kRecords records of a lane at once, one range test for all: where every scale code takes one
-// multiply (all real weights), the records' extractions are one basic block, whose independent
-// dependency chains the compiler interleaves.
+// kRecords records of a lane at once, by one path for all: one multiply where `one_multiply` (every
+// scale code of the matrix in range, as the host found: all real weights; ExpertGemmArgs::
+// scales_one_multiply), so that the records' extractions are one basic block, whose independent
+// dependency chains the compiler interleaves, with no test of their scales.
 template <int kRecords>
 __device__ __forceinline__ void dequantize_records(const uint4 (&values)[kRecords], const unsigned (&scale_words)[kRecords],
-                                                   unsigned (&a)[kRecords][4][4]) {
-  bool one_multiply = true;
-#pragma unroll
-  for (int r = 0; r < kRecords; ++r) one_multiply &= scale_codes_take_one_multiply(scale_words[r]);
+                                                   unsigned (&a)[kRecords][4][4], bool one_multiply) {
   if (one_multiply) {
 #pragma unroll
     for (int r = 0; r < kRecords; ++r) dequantize_record_one_multiply(values[r], scale_words[r], a[r]);

@@ -134,7 +134,8 @@ std::vector<float> run_fc2(const Tactic& t, const Problem& p, cudaStream_t strea
               .num_tokens = p.tokens,
               .route = {},
               .stream_partials = nullptr,
-              .stream_flags = nullptr};
+              .stream_flags = nullptr,
+              .scales_one_multiply = 0};  // not known here; the block-scaled family does not read it
   const StageShape stage{p.shape, Stage::kFc2};
   const void* kernel = expert_kernels(t).fc2;
   const ExpertLaunch launch{.family = &family,

@@ -61,6 +61,7 @@ struct MoeRunner::Impl {
   const unsigned char* fc1_records = nullptr;
   const float* fc1_bias = nullptr;
   const unsigned char* fc2_records = nullptr;
+  bool fc1_scales_one_multiply = false, fc2_scales_one_multiply = false;  // scales_take_one_multiply
   const float* fc2_bias = nullptr;
   const __nv_bfloat16* router_weight = nullptr;
   const float* router_bias = nullptr;
@@ -130,6 +131,8 @@ MoeRunner::MoeRunner(const MoeLayerWeights& weights, const RunnerOptions& option
   m.fc1_geometry = {s.num_experts, s.fc1_rows(), s.hidden};
   m.fc2_geometry = {s.num_experts, s.hidden, s.intermediate};
 
+  m.fc1_scales_one_multiply = scales_take_one_multiply(weights.fc1_scales);
+  m.fc2_scales_one_multiply = scales_take_one_multiply(weights.fc2_scales);
   const auto fc1 = pack_records(m.fc1_geometry, RowOrder::kGluLinSplit, weights.fc1_blocks, weights.fc1_scales);
   const auto fc1_bias = pack_row_vector(m.fc1_geometry, RowOrder::kGluLinSplit, bits_of(weights.fc1_bias));
   const auto fc2 = pack_records(m.fc2_geometry, RowOrder::kIdentity, weights.fc2_blocks, weights.fc2_scales);
@@ -291,7 +294,8 @@ void MoeRunner::Impl::run(const __nv_bfloat16* x, const kernels::RouteInput& in,
               .num_tokens = num_tokens,
               .route = route,
               .stream_partials = layout.stream_partials_of(workspace, 0),
-              .stream_flags = layout.stream_flags_of(workspace, 0)},
+              .stream_flags = layout.stream_flags_of(workspace, 0),
+              .scales_one_multiply = fc1_scales_one_multiply},
       .fc2 = {.records = fc2_records,
               .bias = fc2_bias,
               .input = activation,
@@ -312,7 +316,8 @@ void MoeRunner::Impl::run(const __nv_bfloat16* x, const kernels::RouteInput& in,
               .num_tokens = num_tokens,
               .route = route,
               .stream_partials = layout.stream_partials_of(workspace, 1),
-              .stream_flags = layout.stream_flags_of(workspace, 1)},
+              .stream_flags = layout.stream_flags_of(workspace, 1),
+              .scales_one_multiply = fc2_scales_one_multiply},
       .topk_weights = route.topk_weights,
       .pair_rows = route.pair_rows,
       .num_tokens = num_tokens,

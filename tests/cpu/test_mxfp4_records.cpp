@@ -156,6 +156,22 @@ TEST(Records, ScaleWordRangeTestMatchesEveryByteInOneToOneTwentyEight) {
   EXPECT_GT(in_range, checked / 50);  // both outcomes exercised
 }
 
+// A matrix's scales take one multiply where every code is in [1, 128]; one code outside (0, 129,
+// 255) anywhere makes the whole matrix take two.
+TEST(Records, MatrixScalesTakeOneMultiplyOnlyWhereEveryCodeIsInRange) {
+  std::vector<uint8_t> scales(1000);
+  for (size_t i = 0; i < scales.size(); ++i) scales[i] = static_cast<uint8_t>(1 + i % 128);
+  EXPECT_TRUE(scales_take_one_multiply(scales));
+  EXPECT_TRUE(scales_take_one_multiply({}));
+  for (const uint8_t code : {0, 129, 200, 255}) {
+    for (const size_t at : {size_t{0}, size_t{517}, scales.size() - 1}) {
+      std::vector<uint8_t> bad = scales;
+      bad[at] = code;
+      EXPECT_FALSE(scales_take_one_multiply(bad)) << "code " << int{code} << " at " << at;
+    }
+  }
+}
+
 // The eight elements' code bits tile the 32-bit word: each bit belongs to exactly one.
 TEST(Records, CodeBitsTileTheWord) {
   uint64_t seen = 0;

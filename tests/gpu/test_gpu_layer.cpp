@@ -195,6 +195,38 @@ TEST(GpuLayerRouter, LogitsFromTheRouterWeights) {
   }
 }
 
+// Scale codes outside the one-multiply range [1, 128]: one FC1 block at 2^2 (code 129) and one FC2
+// block at 2^-127 (code 0). MoeRunner finds such a matrix on the host, and the kernels that rely on
+// that (the wgmma family) then dequantise all its records with two multiplies; every tactic must
+// still match the reference, on a shape whose rings wrap.
+TEST(GpuLayerScales, CodesOutsideTheOneMultiplyRangeMatchTheReference) {
+  MXMOE_REQUIRE_GPU();
+  const MoeShape shape{5, 3, 512, 512, 1};
+  MoeLayerWeights w = make_synthetic_layer(shape, 29);
+  struct Storage {
+    std::shared_ptr<const void> original;
+    std::vector<uint8_t> fc1_scales, fc2_scales;
+  };
+  auto storage = std::make_shared<Storage>(Storage{w.storage, {w.fc1_scales.begin(), w.fc1_scales.end()},
+                                                   {w.fc2_scales.begin(), w.fc2_scales.end()}});
+  storage->fc1_scales[storage->fc1_scales.size() / 3] = 129;
+  storage->fc2_scales[storage->fc2_scales.size() / 2] = 0;
+  w.fc1_scales = storage->fc1_scales;
+  w.fc2_scales = storage->fc2_scales;
+  w.storage = storage;
+  const MoeRunner runner(w);
+  for (int tokens : {33, 300}) {
+    const std::vector<Bf16> x = make_activations(tokens, shape.hidden, 31 + tokens);
+    const std::vector<float> logits = router_logits(w, x, tokens);
+    const ReferenceResult ref = reference_forward_from_logits(w, x, tokens, logits, {});
+    for (const auto& [name, plan] : plans_to_test(shape, ActivationFormat::kBf16)) {
+      const GpuResult g = run_gpu(runner, x, tokens, &logits, plan ? &*plan : nullptr);
+      expect_routing(g, ref.routing, shape.num_experts, name);
+      expect_close(g.out, ref.out, name + " T=" + std::to_string(tokens));
+    }
+  }
+}
+
 TEST(GpuLayerDeterminism, BitIdenticalRunAfterRun) {
   MXMOE_REQUIRE_GPU();
   for (const char* model : {"gpt-oss-20b", "gpt-oss-120b"}) {
