@@ -160,7 +160,10 @@ MoeLayerWeights tensor_parallel_shard(const MoeLayerWeights& weights, int rank, 
 
   auto storage = std::make_shared<OwnedExperts>();
   storage->fc1_blocks.assign(e * own * h / 2, 0);
-  storage->fc1_scales.assign(e * own * h / kMxBlock, 0);
+  // The zero row pairs of columns not its own get scale 2^0, not code 0: their values are zero at
+  // any scale, and an in-range code keeps the matrix on the kernels' one-multiply path
+  // (scales_take_one_multiply).
+  storage->fc1_scales.assign(e * own * h / kMxBlock, static_cast<uint8_t>(kE8m0Bias));
   storage->fc2_blocks.assign(e * h * shard_i / 2, 0);
   storage->fc2_scales.assign(e * h * shard_i / kMxBlock, 0);
   MoeLayerWeights shard;

@@ -61,8 +61,8 @@ struct MoeRunner::Impl {
   const unsigned char* fc1_records = nullptr;
   const float* fc1_bias = nullptr;
   const unsigned char* fc2_records = nullptr;
-  bool fc1_scales_one_multiply = false, fc2_scales_one_multiply = false;  // scales_take_one_multiply
   const float* fc2_bias = nullptr;
+  bool fc1_scales_one_multiply = false, fc2_scales_one_multiply = false;  // scales_take_one_multiply
   const __nv_bfloat16* router_weight = nullptr;
   const float* router_bias = nullptr;
   const int* local_experts = nullptr;  // [R]: an expert-parallel shard's map; null for a whole layer

@@ -5,6 +5,7 @@
 // nothing, so their outputs sum to the layer's too.
 #include <gtest/gtest.h>
 
+#include "format/mxfp4_records.hpp"
 #include "mxmoe/error.hpp"
 #include "mxmoe/reference.hpp"
 
@@ -23,6 +24,9 @@ TEST(TensorParallelShard, ShardsSumToTheLayer) {
       const MoeLayerWeights shard = tensor_parallel_shard(layer, rank, world);
       const int first = 2880 * rank / world, end = 2880 * (rank + 1) / world;
       EXPECT_EQ(shard.shape.intermediate, (end + 31) / 32 * 32 - first / 32 * 32) << world << " " << rank;
+      // The padding's scales stay in the one-multiply range, as the layer's are.
+      EXPECT_TRUE(scales_take_one_multiply(shard.fc1_scales)) << world << " " << rank;
+      EXPECT_TRUE(scales_take_one_multiply(shard.fc2_scales)) << world << " " << rank;
       const ReferenceResult part = reference_forward(shard, x, tokens);
       EXPECT_EQ(part.routing.experts, full.routing.experts);
       for (size_t j = 0; j < sum.size(); ++j) sum[j] += part.out[j];

@@ -1,6 +1,7 @@
 // A probe kernel for the GPU tests: each warp dequantizes one record with the kernels' own
-// dequantize_record, or two consecutive records at once with dequantize_records (one range test
-// for both, as the wgmma family calls it), and writes every fragment element out as float, so a
+// dequantize_record, or two consecutive records at once with dequantize_records (by one path for
+// both, chosen from both records' scales as the host chooses it for a matrix the wgmma family
+// reads), and writes every fragment element out as float, so a
 // test can compare every E2M1 code under every E8M0 scale with the CPU decoder.
 #include <cuda_runtime.h>
 
@@ -26,7 +27,9 @@ __global__ void dequant_probe_kernel(const unsigned char* records, float* out) {
   if constexpr (kRecords == 1) {
     kernels::dequantize_record(values[0], scale_words[0], a[0]);
   } else {
-    kernels::dequantize_records(values, scale_words, a);
+    bool one_multiply = true;  // as the host decides for a matrix: every scale code in range
+    for (int i = 0; i < kRecords; ++i) one_multiply &= kernels::scale_codes_take_one_multiply(scale_words[i]);
+    kernels::dequantize_records(values, scale_words, a, one_multiply);
   }
   for (int i = 0; i < kRecords; ++i) {
     for (int j = 0; j < 4; ++j) {
