@@ -40,10 +40,6 @@ struct ExpertGemmArgs {
   // (threads x tokens / 2 floats) and a flag that they are written (the routing zeroes it).
   float* stream_partials;
   int* stream_flags;
-  // 1 where every scale code of `records` lies in [1, 128] (scale_codes_take_one_multiply: all real
-  // weights), so that a kernel may dequantise every record with one multiply without testing its
-  // scales (the wgmma family); 0 where some does not, or it is not known.
-  int scales_one_multiply;
 };
 
 // A CUDA tensor map (CUtensorMap: 128 opaque bytes, 64-byte aligned) as a kernel parameter, for
@@ -68,6 +64,12 @@ struct LayerArgs {
   int num_tokens;
   void* out;                  // bf16 [T, H]
   int* schedule;              // fused_schedule_words(E, H): ticket, FC1 items done per slot, FC2 items done per group
+  // Per stage (FC1, FC2): 1 where every scale code of its records lies in [1, 128]
+  // (scale_codes_take_one_multiply: all real weights), so that a kernel may dequantise every
+  // record with one multiply without testing its scales (the wgmma family, as a kernel argument);
+  // 0 where some does not, or it is not known. (Not in ExpertGemmArgs: the fused layer copies
+  // those to shared memory, and one more word there makes ptxas spill its sm_120a FC1 loop.)
+  int scales_one_multiply[2];
 };
 
 // The schedule's length for E experts and H hidden rows (every FC2 column group has >= 16 rows).

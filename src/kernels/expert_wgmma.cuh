@@ -129,7 +129,7 @@ __device__ __forceinline__ void multiply_slice(float (&acc)[kWarpRecords][kAccum
 
 template <int kTileRows, int kTileTokens, int kConsumerWarps, int kStages, bool kFc1>
 __global__ void __launch_bounds__(kWgmmaProducerThreads + kConsumerWarps * 32, 1)
-    expert_wgmma_kernel(ExpertGemmArgs args, int k_split, const __grid_constant__ TensorMap activations,
+    expert_wgmma_kernel(ExpertGemmArgs args, int k_split, int scales_one_multiply, const __grid_constant__ TensorMap activations,
                         const __grid_constant__ TensorMap weights) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int kRecords = kTileRows / kRecordRows;
@@ -215,7 +215,7 @@ __global__ void __launch_bounds__(kWgmmaProducerThreads + kConsumerWarps * 32, 1
   const unsigned char* lane_values = smem + kActivationBytes + 16 * lane;
   const unsigned char* lane_scales = smem + kActivationBytes + kRecordValueBytes + 4 * (lane / 4);
   // The matrix's scale range, known on the host: no range test and branch on each slice's scales.
-  const bool one_multiply = args.scales_one_multiply != 0;
+  const bool one_multiply = scales_one_multiply != 0;
   float acc[kWarpRecords][kTileTokens / 2];  // the first slice's MMAs overwrite them
   unsigned a[2][kWarpRecords][4][4];
   with_mma_width<1, kTileTokens / 16>(tokens, [&](auto width) {

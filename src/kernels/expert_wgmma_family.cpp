@@ -103,7 +103,8 @@ class WgmmaFamily final : public KernelFamily {
             std::min(t.tile_tokens, num_tokens)};
   }
 
-  // The kernel takes (its stage's arguments, the K split, the tensor map of its input's sorted rows,
+  // The kernel takes (its stage's arguments, the K split, whether its records' scales all take one
+  // multiply (LayerArgs::scales_one_multiply), the tensor map of its input's sorted rows,
   // [pairs, K] with boxes of 64 K x kWgmmaBoxTokens rows, and that of its records, E x row tiles of
   // them, boxes of tile_rows / 16 row tiles of one K tile).
   void launch(const ExpertLaunch& l, const kernels::LayerArgs& args, cudaStream_t stream) const override {
@@ -114,7 +115,8 @@ class WgmmaFamily final : public KernelFamily {
     kernels::TensorMap weights =
         records_map(stage_args.records, row_tiles, stage_args.k_tiles, l.tactic.tile_rows / kernels::kRecordRows, l.what);
     int k_split = l.tactic.k_split;
-    void* params[] = {&stage_args, &k_split, &input, &weights};
+    int scales_one_multiply = args.scales_one_multiply[l.stage == Stage::kFc1 ? 0 : 1];
+    void* params[] = {&stage_args, &k_split, &scales_one_multiply, &input, &weights};
     launch_kernel(l, params, stream);
   }
 

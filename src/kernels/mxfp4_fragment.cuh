@@ -157,7 +157,7 @@ __device__ __forceinline__ void dequantize_record(uint4 values, unsigned scale_w
 }
 
 // kRecords records of a lane at once, by one path for all: one multiply where `one_multiply` (every
-// scale code of the matrix in range, as the host found: all real weights; ExpertGemmArgs::
+// scale code of the matrix in range, as the host found: all real weights; LayerArgs::
 // scales_one_multiply), so that the records' extractions are one basic block, whose independent
 // dependency chains the compiler interleaves, with no test of their scales.
 template <int kRecords>

@@ -134,8 +134,7 @@ std::vector<float> run_fc2(const Tactic& t, const Problem& p, cudaStream_t strea
               .num_tokens = p.tokens,
               .route = {},
               .stream_partials = nullptr,
-              .stream_flags = nullptr,
-              .scales_one_multiply = 0};  // not known here; the block-scaled family does not read it
+              .stream_flags = nullptr};
   const StageShape stage{p.shape, Stage::kFc2};
   const void* kernel = expert_kernels(t).fc2;
   const ExpertLaunch launch{.family = &family,

@@ -294,8 +294,7 @@ void MoeRunner::Impl::run(const __nv_bfloat16* x, const kernels::RouteInput& in,
               .num_tokens = num_tokens,
               .route = route,
               .stream_partials = layout.stream_partials_of(workspace, 0),
-              .stream_flags = layout.stream_flags_of(workspace, 0),
-              .scales_one_multiply = fc1_scales_one_multiply},
+              .stream_flags = layout.stream_flags_of(workspace, 0)},
       .fc2 = {.records = fc2_records,
               .bias = fc2_bias,
               .input = activation,
@@ -316,13 +315,13 @@ void MoeRunner::Impl::run(const __nv_bfloat16* x, const kernels::RouteInput& in,
               .num_tokens = num_tokens,
               .route = route,
               .stream_partials = layout.stream_partials_of(workspace, 1),
-              .stream_flags = layout.stream_flags_of(workspace, 1),
-              .scales_one_multiply = fc2_scales_one_multiply},
+              .stream_flags = layout.stream_flags_of(workspace, 1)},
       .topk_weights = route.topk_weights,
       .pair_rows = route.pair_rows,
       .num_tokens = num_tokens,
       .out = out,
-      .schedule = route.schedule};
+      .schedule = route.schedule,
+      .scales_one_multiply = {fc1_scales_one_multiply, fc2_scales_one_multiply}};
   for (const ExpertLaunch& expert : launch.expert_launches) {
     expert.family->launch(expert, args, stream);
     // A whole-layer launch is FC1's and runs to the end: nothing follows it.
