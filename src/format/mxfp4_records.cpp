@@ -131,7 +131,8 @@ void unpack_records(const RecordGeometry& g, RowOrder order, std::span<const uin
 }
 
 bool scales_take_one_multiply(std::span<const uint8_t> scales) {
-  return std::all_of(scales.begin(), scales.end(), [](uint8_t s) { return s >= 1 && s <= 128; });
+  return std::all_of(scales.begin(), scales.end(),
+                     [](uint8_t s) { return kernels::scale_codes_take_one_multiply(0x01010101u * s); });
 }
 
 std::vector<float> pack_row_vector(const RecordGeometry& g, RowOrder order, std::span<const uint16_t> bf16_bits) {
