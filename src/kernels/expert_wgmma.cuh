@@ -9,10 +9,11 @@
 // kConsumerWarps / 4 consumer warpgroups each own 64 kWarpRecords weight rows: per slice a
 // consumer warp dequantises its kWarpRecords records into bf16 A fragments in registers
 // (mxfp4_fragment.cuh) and issues 4 kWarpRecords wgmma m64nNk16 with the activations as B from
-// shared memory, N the tile's tokens rounded up to 8 (16 past 96-token tiles); the slice's MMAs run while the warp
-// dequantises the next slice into the other register set, and a slot is handed back on its
-// "empty" barrier once the MMAs that read it are done. Accumulators go straight to the epilogue of
-// the tiled families (store_accumulator_groups: FC1's bias and SwiGLU, FC2's bias and K split).
+// shared memory, N the tile's tokens rounded up to 8 (to 16 in tiles of more than 96 tokens); the
+// slice's MMAs run while the warp dequantises the next slice into the other register set, and a
+// slot is handed back on its "empty" barrier once the MMAs that read it are done. Accumulators go
+// straight to the epilogue of the tiled families (store_accumulator_groups: FC1's bias and SwiGLU,
+// FC2's bias and K split).
 // The producer warpgroup runs on 24 registers so that the consumers get the rest (setmaxnreg: 240
 // a thread for two consumer warpgroups, room for a 256 x 144 tile's 144 accumulators beside two
 // fragment sets); its other threads have nothing to do.
