@@ -58,8 +58,19 @@ __device__ __forceinline__ float gpt_oss_swiglu(float glu, float lin) {
   return glu * reciprocal_approx_ftz(1.0f + exp2_approx_ftz(kMinusAlphaLog2e * glu)) * (lin + 1.0f);
 }
 
+// The bias of a lane's two accumulator rows (g and g + 8, g = lane / 4) of record row tile
+// `row_tile` of `expert`: loaded apart from the stores, so that a kernel can load it before its
+// main loop and keep its round trip out of the epilogue.
+struct RowBias {
+  float low = 0.0f, high = 0.0f;
+};
+__device__ __forceinline__ RowBias row_bias(const ExpertGemmArgs& args, int expert, int row_tile) {
+  const float* bias_row = args.bias + static_cast<long long>(expert) * args.rows + 16 * row_tile + (threadIdx.x % 32) / 4;
+  return {__ldg(bias_row), __ldg(bias_row + 8)};
+}
+
 // Stores a warp's accumulator tiles of one record and kGroups 8-token groups (group t's four at
-// acc[4 t]): `row_tile` is the record's row tile, `first_row` the sorted row of group 0's token 0,
+// acc[4 t]) with their rows' `bias`: `row_tile` is the record's row tile, `first_row` the sorted row of group 0's token 0,
 // `tokens` how many of the groups' tokens exist (the groups past them are skipped). FC2 adds the
 // bias in split 0 only, and writes bf16 where it runs in one split (ExpertGemmArgs::output_bf16).
 // `fc1`, here and below, is a constant in the per-stage kernels and a run-time value in the fused
@@ -68,12 +79,11 @@ __device__ __forceinline__ float gpt_oss_swiglu(float glu, float lin) {
 // predicate rather than a 64-bit product and a branch.
 template <int kGroups>
 __device__ __forceinline__ void store_accumulator_groups(const ExpertGemmArgs& args, const float (&acc)[4 * kGroups],
-                                                         int expert, int row_tile, int first_row, int tokens, int split,
-                                                         bool fc1) {
+                                                         RowBias row_bias, int row_tile, int first_row, int tokens,
+                                                         int split, bool fc1) {
   const int lane = threadIdx.x % 32;
   const int g = lane / 4, token = 2 * (lane % 4);
-  const float* bias_row = args.bias + static_cast<long long>(expert) * args.rows + 16 * row_tile + g;
-  const float bias[2] = {__ldg(bias_row), __ldg(bias_row + 8)};
+  const float bias[2] = {row_bias.low, row_bias.high};
   if (fc1) {
     const int columns = args.rows / 2;
     unsigned short* out =
@@ -121,7 +131,7 @@ __device__ __forceinline__ void store_accumulator_groups(const ExpertGemmArgs& a
 // One 8-token group's accumulator tile (store_accumulator_groups).
 __device__ __forceinline__ void store_accumulators(const ExpertGemmArgs& args, const float (&acc)[4], int expert,
                                                    int row_tile, int first_row, int tokens, int split, bool fc1) {
-  store_accumulator_groups<1>(args, acc, expert, row_tile, first_row, tokens, split, fc1);
+  store_accumulator_groups<1>(args, acc, row_bias(args, expert, row_tile), row_tile, first_row, tokens, split, fc1);
 }
 
 // The source row of sorted row `row`: FC1 gathers the token's x row, FC2 reads its own row.
@@ -191,24 +201,38 @@ __device__ __forceinline__ TokenTile token_tile(const ExpertGemmArgs& args, int 
 }
 
 // token_tile with the search for the tile's expert spread over the lanes of a warp, which must
-// all call it (each gets the result): the tile offsets come in one round trip, ceil(E / 32) a lane
-// at once, where the binary search waits on log2(E) dependent loads; the expert's rows take a
-// second. A CTA's first copies wait on this lookup.
+// all call it (each gets the result). One round trip: each lane loads, for its ceil(E / 32)
+// experts at once, the tile offset and the expert's first and end rows; the tile's expert is the
+// last whose tile offset is at most `tile` (offsets do not decrease), and its lane hands the rows
+// over by shuffles. (A binary search waits on log2(E) dependent loads, a search for the expert and
+// then a load of its rows on two.) A CTA's first copies wait on this lookup.
 template <int kTileTokens>
 __device__ __forceinline__ TokenTile token_tile_by_warp(const ExpertGemmArgs& args, int tile) {
   const int lane = threadIdx.x % 32;
   const int tiles = args.tile_offsets[args.num_experts];
   int experts_at_or_below = 0;  // experts e with tile_offsets[e] <= tile: the tile's expert and those before
+  int tile_offset = 0, first_row = 0, end_row = 0;  // the last such expert's, as the chunks go by
 #pragma unroll 4
   for (int base = 0; base < args.num_experts; base += 32) {
     const int e = base + lane;
-    experts_at_or_below += __popc(__ballot_sync(~0u, e < args.num_experts && args.tile_offsets[e] <= tile));
+    const bool expert = e < args.num_experts;
+    const int lane_tile_offset = expert ? args.tile_offsets[e] : 0;
+    const int lane_first_row = expert ? args.expert_offsets[e] : 0;
+    const int lane_end_row = expert ? args.expert_offsets[e + 1] : 0;
+    const unsigned at_or_below = __ballot_sync(~0u, expert && lane_tile_offset <= tile);
+    experts_at_or_below += __popc(at_or_below);
+    if (at_or_below != 0) {
+      const int last = 31 - __clz(at_or_below);
+      tile_offset = __shfl_sync(~0u, lane_tile_offset, last);
+      first_row = __shfl_sync(~0u, lane_first_row, last);
+      end_row = __shfl_sync(~0u, lane_end_row, last);
+    }
   }
   TokenTile t;
   if (tile >= tiles) return t;
   t.expert = experts_at_or_below - 1;  // tile_offsets[0] = 0 <= tile
-  t.first_row = args.expert_offsets[t.expert] + (tile - args.tile_offsets[t.expert]) * kTileTokens;
-  t.tokens = min(kTileTokens, args.expert_offsets[t.expert + 1] - t.first_row);
+  t.first_row = first_row + (tile - tile_offset) * kTileTokens;
+  t.tokens = min(kTileTokens, end_row - t.first_row);
   return t;
 }
 

@@ -154,7 +154,10 @@ __global__ void __launch_bounds__(kWgmmaProducerThreads + kConsumerWarps * 32, 1
   const unsigned smem_base = shared_address(smem);
   const unsigned full = smem_base + kStages * kStageBytes, empty = full + 8 * kStages;
 
-  wait_for_prerequisite_grids();  // FC1: the gather into sorted rows; FC2: FC1's activations
+  // The routing is complete here: every mxmoe kernel waits for its prerequisite grid before it lets
+  // its dependants launch, and the routing is two launches back (routing, gather, FC1, FC2). So the
+  // lookup and the weights' first copies may run before this grid's own wait, under the end of the
+  // launch before (FC1: the gather; FC2: FC1's last wave); the activations wait for it.
   allow_dependent_grids();
   const int row_tiles = args.rows / kRecordRows;
   const int row_blocks = (row_tiles + kRecords - 1) / kRecords;
@@ -177,22 +180,36 @@ __global__ void __launch_bounds__(kWgmmaProducerThreads + kConsumerWarps * 32, 1
     if (threadIdx.x != 0) return;  // one thread issues every copy
     constexpr int kBoxBytes = kWgmmaBoxTokens * kWgmmaTokenRowBytes;  // a multiple of the swizzle's 1024-byte repeat
     const int boxes = (tokens + kWgmmaBoxTokens - 1) / kWgmmaBoxTokens;
-    for (int slice = 0; slice < k_slices; ++slice) {
+    auto copy_weights = [&](int slice) {
       const int s = slice % kStages;
-      if (slice >= kStages) mbarrier_wait(empty + 8 * s, (slice / kStages + 1) & 1);
-      const unsigned stage = smem_base + s * kStageBytes;
-      const int kt = kt_begin + slice;
       mbarrier_arrive_expect_tx(full + 8 * s, boxes * kBoxBytes + kRecords * kRecordBytes);
-      tensor_copy_3d(stage + kActivationBytes, weights, 0, kt, expert * row_tiles + first_row_tile, full + 8 * s);
+      tensor_copy_3d(smem_base + s * kStageBytes + kActivationBytes, weights, 0, kt_begin + slice,
+                     expert * row_tiles + first_row_tile, full + 8 * s);
+    };
+    auto copy_activations = [&](int slice) {
+      const int s = slice % kStages;
       for (int box = 0; box < boxes; ++box) {
-        const int row = first_row + box * kWgmmaBoxTokens;
-        tensor_copy_2d(stage + box * kBoxBytes, activations, kt * kRecordK, row, full + 8 * s);
+        tensor_copy_2d(smem_base + s * kStageBytes + box * kBoxBytes, activations, (kt_begin + slice) * kRecordK,
+                       first_row + box * kWgmmaBoxTokens, full + 8 * s);
       }
+    };
+    // The first ring turn's weights, then the wait for the activations' writer.
+    const int first_turn = k_slices < kStages ? k_slices : kStages;
+    for (int slice = 0; slice < first_turn; ++slice) copy_weights(slice);
+    wait_for_prerequisite_grids();  // FC1: the gather into sorted rows; FC2: FC1's activations
+    for (int slice = 0; slice < first_turn; ++slice) copy_activations(slice);
+    for (int slice = first_turn; slice < k_slices; ++slice) {
+      mbarrier_wait(empty + 8 * (slice % kStages), (slice / kStages + 1) & 1);
+      copy_weights(slice);
+      copy_activations(slice);
     }
     return;
   }
 
   registers_increase<Layout::kConsumerRegisters>();
+  // The consumers read only what the producer's copies bring after its wait, but they store where
+  // the grid before may still read (FC2's bf16 rows take the places of FC1's gathered inputs).
+  wait_for_prerequisite_grids();
   const int consumer_warp = threadIdx.x / 32 - kWgmmaProducerThreads / 32, lane = threadIdx.x % 32;
   const int group = consumer_warp / 4, group_warp = consumer_warp % 4;
   // Record of block r of this warp within the tile: 64-row block (group, r), its 16-row part group_warp.
@@ -225,6 +242,12 @@ __global__ void __launch_bounds__(kWgmmaProducerThreads + kConsumerWarps * 32, 1
   const unsigned char* lane_scales = smem + kActivationBytes + kRecordValueBytes + 4 * (lane / 4);
   // The matrix's scale range, known on the host: no range test and branch on each slice's scales.
   const bool one_multiply = scales_one_multiply != 0;
+  // The epilogue's bias, loaded now so that its round trip runs under the main loop.
+  RowBias bias[kWarpRecords];
+#pragma unroll
+  for (int r = 0; r < kWarpRecords; ++r) {
+    if (first_row_tile + record_of(r) < row_tiles) bias[r] = row_bias(args, expert, first_row_tile + record_of(r));
+  }
   float acc[kWarpRecords][kTileTokens / 2];  // the first slice's MMAs overwrite them
   unsigned a[2][kWarpRecords][4][4];
   constexpr int kMmaStep = kWgmmaWidthStep<kTileTokens>;
@@ -267,7 +290,7 @@ __global__ void __launch_bounds__(kWgmmaProducerThreads + kConsumerWarps * 32, 1
     for (int r = 0; r < kWarpRecords; ++r) {
       const int row_tile = first_row_tile + record_of(r);
       if (row_tile >= row_tiles) continue;
-      store_accumulator_groups<kN / 8>(args, reinterpret_cast<const float(&)[kN / 2]>(acc[r]), expert, row_tile,
+      store_accumulator_groups<kN / 8>(args, reinterpret_cast<const float(&)[kN / 2]>(acc[r]), bias[r], row_tile,
                                        first_row, tokens, split, kFc1);
     }
   });
