@@ -36,7 +36,7 @@ kernels::TensorMap encoded(CUtensorMapDataType type, cuuint32_t rank, const void
                            const cuuint64_t* strides_bytes, const cuuint32_t* box, CUtensorMapSwizzle swizzle,
                            const std::string& what) {
   CUtensorMap map;
-  const cuuint32_t element_strides[3] = {1, 1, 1};
+  const cuuint32_t element_strides[4] = {1, 1, 1, 1};
   const CUresult status =
       encode_tiled()(&map, type, rank, const_cast<void*>(base), dims, strides_bytes, box, element_strides,
                      CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
@@ -63,21 +63,23 @@ kernels::TensorMap bf16_rows_map(const void* base, int columns, long long rows, 
                  what);
 }
 
-kernels::TensorMap records_map(const void* base, long long row_tiles, int k_tiles, int box_records,
+kernels::TensorMap records_map(const void* base, int experts, int row_tiles, int k_tiles, int box_records,
                                const std::string& what) {
-  if (reinterpret_cast<std::uintptr_t>(base) % 16 != 0 || row_tiles <= 0 || k_tiles <= 0 || box_records < 1 ||
-      box_records > 256) {
-    throw Error(what + ": a records map needs a 16-byte aligned base, row and K tiles, and 1-256 records a box (got " +
-                std::to_string(row_tiles) + " row tiles, " + std::to_string(k_tiles) + " K tiles, box " +
-                std::to_string(box_records) + ")");
+  if (reinterpret_cast<std::uintptr_t>(base) % 16 != 0 || experts <= 0 || row_tiles <= 0 || k_tiles <= 0 ||
+      box_records < 1 || box_records > 256) {
+    throw Error(what + ": a records map needs a 16-byte aligned base, experts, row and K tiles, and 1-256 records a box (got " +
+                std::to_string(experts) + " experts, " + std::to_string(row_tiles) + " row tiles, " +
+                std::to_string(k_tiles) + " K tiles, box " + std::to_string(box_records) + ")");
   }
-  // A record as 136 four-byte words; K tiles 544 bytes apart, row tiles k_tiles records apart.
+  // A record as 136 four-byte words; K tiles 544 bytes apart, row tiles k_tiles records apart,
+  // experts row_tiles x k_tiles records apart.
   constexpr int kRecordWords = kernels::kRecordBytes / 4;
-  const cuuint64_t dims[3] = {kRecordWords, static_cast<cuuint64_t>(k_tiles), static_cast<cuuint64_t>(row_tiles)};
-  const cuuint64_t strides_bytes[2] = {kernels::kRecordBytes,
-                                       static_cast<cuuint64_t>(k_tiles) * kernels::kRecordBytes};
-  const cuuint32_t box[3] = {kRecordWords, 1, static_cast<cuuint32_t>(box_records)};
-  return encoded(CU_TENSOR_MAP_DATA_TYPE_UINT32, 3, base, dims, strides_bytes, box, CU_TENSOR_MAP_SWIZZLE_NONE, what);
+  const cuuint64_t dims[4] = {kRecordWords, static_cast<cuuint64_t>(k_tiles), static_cast<cuuint64_t>(row_tiles),
+                              static_cast<cuuint64_t>(experts)};
+  const cuuint64_t row_tile_bytes = static_cast<cuuint64_t>(k_tiles) * kernels::kRecordBytes;
+  const cuuint64_t strides_bytes[3] = {kernels::kRecordBytes, row_tile_bytes, row_tile_bytes * row_tiles};
+  const cuuint32_t box[4] = {kRecordWords, 1, static_cast<cuuint32_t>(box_records), 1};
+  return encoded(CU_TENSOR_MAP_DATA_TYPE_UINT32, 4, base, dims, strides_bytes, box, CU_TENSOR_MAP_SWIZZLE_NONE, what);
 }
 
 }  // namespace mxmoe

@@ -16,13 +16,15 @@ namespace mxmoe {
 // when the driver refuses.
 kernels::TensorMap bf16_rows_map(const void* base, int columns, long long rows, int box_rows, const std::string& what);
 
-// The map of MXFP4 records (kernels/mxfp4_fragment.cuh) stored row-tile major, [row_tiles][k_tiles]
-// records of 544 bytes at `base`, whose copies bring `box_records` consecutive row tiles' records of
-// one K tile into shared memory as they are (544 bytes apart, no swizzle), at coordinates (0, K tile,
-// first row tile); row tiles past the end fill zeros. One such copy takes the place of
-// `box_records` bulk copies, which the copy engine issues one at a time. `base` 16-byte aligned,
-// `box_records` 1-256. Throws Error naming `what` otherwise or when the driver refuses.
-kernels::TensorMap records_map(const void* base, long long row_tiles, int k_tiles, int box_records,
+// The map of `experts` matrices of MXFP4 records (kernels/mxfp4_fragment.cuh), each stored row-tile
+// major, [experts][row_tiles][k_tiles] records of 544 bytes at `base`, whose copies bring
+// `box_records` consecutive row tiles' records of one K tile of one expert into shared memory as they
+// are (544 bytes apart, no swizzle), at coordinates (0, K tile, first row tile, expert). Row tiles
+// past the expert's last fill zeros and are not read, so an expert's last, partial row block reads
+// only its own rows. One such copy takes the place of `box_records` bulk copies, which the copy
+// engine issues one at a time. `base` 16-byte aligned, `box_records` 1-256. Throws Error naming
+// `what` otherwise or when the driver refuses.
+kernels::TensorMap records_map(const void* base, int experts, int row_tiles, int k_tiles, int box_records,
                                const std::string& what);
 
 }  // namespace mxmoe

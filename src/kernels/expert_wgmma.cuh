@@ -3,7 +3,8 @@
 // 64-K slices by tensor copies: the tile's activation rows in 32-token boxes, as many as the tile
 // has tokens (the input is in sorted rows: FC2's always, FC1's x gathered so by the gather launch
 // after the routing), which the copy writes in the 128-byte swizzle wgmma reads, and the slice's
-// records (kTileRows / 16 of them, 544 bytes each, as stored) in one box, all completing on the
+// records (kTileRows / 16 of them, 544 bytes each, as stored; zeros, not read, past the expert's
+// last row, so a partial last row block reads only its rows) in one box, all completing on the
 // slot's "full" barrier (one bulk copy per record kept the producer busy ~80 clocks a record,
 // longer than the consumers' work on a slice).
 // kConsumerWarps / 4 consumer warpgroups each own 64 kWarpRecords weight rows: per slice a
@@ -183,8 +184,8 @@ __global__ void __launch_bounds__(kWgmmaProducerThreads + kConsumerWarps * 32, 1
     auto copy_weights = [&](int slice) {
       const int s = slice % kStages;
       mbarrier_arrive_expect_tx(full + 8 * s, boxes * kBoxBytes + kRecords * kRecordBytes);
-      tensor_copy_3d(smem_base + s * kStageBytes + kActivationBytes, weights, 0, kt_begin + slice,
-                     expert * row_tiles + first_row_tile, full + 8 * s);
+      tensor_copy_4d(smem_base + s * kStageBytes + kActivationBytes, weights, 0, kt_begin + slice, first_row_tile,
+                     expert, full + 8 * s);
     };
     auto copy_activations = [&](int slice) {
       const int s = slice % kStages;
@@ -259,7 +260,7 @@ __global__ void __launch_bounds__(kWgmmaProducerThreads + kConsumerWarps * 32, 1
     auto step = [&](int slice, auto set) {
       mbarrier_wait(full + barrier_offset, phase);
       // Every record is dequantised, with no test of its row tile: one past the matrix's rows holds
-      // zeros (past the last expert) or the next expert's rows, whose MMA rows the epilogue skips.
+      // zeros (the copy's fill), whose MMA rows the epilogue skips.
       uint4 values[kWarpRecords];
       unsigned scale_words[kWarpRecords];
 #pragma unroll

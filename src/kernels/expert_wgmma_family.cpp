@@ -105,15 +105,14 @@ class WgmmaFamily final : public KernelFamily {
 
   // The kernel takes (its stage's arguments, the K split, whether its records' scales all take one
   // multiply (LayerArgs::scales_one_multiply), the tensor map of its input's sorted rows,
-  // [pairs, K] with boxes of 64 K x kWgmmaBoxTokens rows, and that of its records, E x row tiles of
-  // them, boxes of tile_rows / 16 row tiles of one K tile).
+  // [pairs, K] with boxes of 64 K x kWgmmaBoxTokens rows, and that of its records, E matrices of
+  // row tiles of them, boxes of tile_rows / 16 row tiles of one K tile of one expert).
   void launch(const ExpertLaunch& l, const kernels::LayerArgs& args, cudaStream_t stream) const override {
     kernels::ExpertGemmArgs stage_args = stage_arguments(l, args);
     const long long pairs = static_cast<long long>(stage_args.num_tokens) * stage_args.top_k;
     kernels::TensorMap input = bf16_rows_map(stage_args.input, stage_args.k, pairs, kernels::kWgmmaBoxTokens, l.what);
-    const long long row_tiles = static_cast<long long>(stage_args.num_experts) * (stage_args.rows / kernels::kRecordRows);
-    kernels::TensorMap weights =
-        records_map(stage_args.records, row_tiles, stage_args.k_tiles, l.tactic.tile_rows / kernels::kRecordRows, l.what);
+    kernels::TensorMap weights = records_map(stage_args.records, stage_args.num_experts, stage_args.rows / kernels::kRecordRows,
+                                             stage_args.k_tiles, l.tactic.tile_rows / kernels::kRecordRows, l.what);
     int k_split = l.tactic.k_split;
     int scales_one_multiply = args.scales_one_multiply[l.stage == Stage::kFc1 ? 0 : 1];
     void* params[] = {&stage_args, &k_split, &scales_one_multiply, &input, &weights};

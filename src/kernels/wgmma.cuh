@@ -29,13 +29,13 @@ __device__ __forceinline__ void tensor_copy_2d(unsigned destination, const Tenso
       : "memory");
 }
 
-// One box of a 3-D tensor map at element coordinates (x, y, z), as tensor_copy_2d.
-__device__ __forceinline__ void tensor_copy_3d(unsigned destination, const TensorMap& map, int x, int y, int z,
+// One box of a 4-D tensor map at element coordinates (x, y, z, w), as tensor_copy_2d.
+__device__ __forceinline__ void tensor_copy_4d(unsigned destination, const TensorMap& map, int x, int y, int z, int w,
                                                unsigned barrier) {
   asm volatile(
-      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], "
-      "[%5];\n" ::"r"(destination),
-      "l"(reinterpret_cast<unsigned long long>(&map)), "r"(x), "r"(y), "r"(z), "r"(barrier)
+      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], "
+      "[%6];\n" ::"r"(destination),
+      "l"(reinterpret_cast<unsigned long long>(&map)), "r"(x), "r"(y), "r"(z), "r"(w), "r"(barrier)
       : "memory");
 }
 

@@ -59,10 +59,11 @@ TEST(TensorMap, BadArgumentsNameTheProblem) {
   expect_error([&] { return bf16_rows_map(buffer, 60, 4, 8, "test map"); }, "columns not a multiple of 8");
   expect_error([&] { return bf16_rows_map(buffer, 64, 0, 8, "test map"); }, "no rows");
   expect_error([&] { return bf16_rows_map(buffer, 64, 4, 257, "test map"); }, "box over 256 rows");
-  expect_error([&] { return records_map(buffer + 8, 4, 2, 4, "test map"); }, "misaligned records");
-  expect_error([&] { return records_map(buffer, 0, 2, 4, "test map"); }, "no row tiles");
-  expect_error([&] { return records_map(buffer, 4, 0, 4, "test map"); }, "no K tiles");
-  expect_error([&] { return records_map(buffer, 4, 2, 0, "test map"); }, "empty box");
+  expect_error([&] { return records_map(buffer + 8, 2, 4, 2, 4, "test map"); }, "misaligned records");
+  expect_error([&] { return records_map(buffer, 0, 4, 2, 4, "test map"); }, "no experts");
+  expect_error([&] { return records_map(buffer, 2, 0, 2, 4, "test map"); }, "no row tiles");
+  expect_error([&] { return records_map(buffer, 2, 4, 0, 4, "test map"); }, "no K tiles");
+  expect_error([&] { return records_map(buffer, 2, 4, 2, 0, "test map"); }, "empty box");
 }
 
 }  // namespace
