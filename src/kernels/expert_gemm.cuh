@@ -70,11 +70,11 @@ __device__ __forceinline__ RowBias row_bias(const ExpertGemmArgs& args, int expe
 }
 
 // Stores a warp's accumulator tiles of one record and kGroups 8-token groups (group t's four at
-// acc[4 t]) with their rows' `bias`: `row_tile` is the record's row tile, `first_row` the sorted row of group 0's token 0,
-// `tokens` how many of the groups' tokens exist (the groups past them are skipped). FC2 adds the
-// bias in split 0 only, and writes bf16 where it runs in one split (ExpertGemmArgs::output_bf16).
-// `fc1`, here and below, is a constant in the per-stage kernels and a run-time value in the fused
-// layer, which so keeps one copy of the weight loop. A lane's outputs
+// acc[4 t]) with their rows' `row_bias`: `row_tile` is the record's row tile, `first_row` the
+// sorted row of group 0's token 0, `tokens` how many of the groups' tokens exist (the groups past
+// them are skipped). FC2 adds the bias in split 0 only, and writes bf16 where it runs in one split
+// (ExpertGemmArgs::output_bf16). `fc1`, here and below, is a constant in the per-stage kernels and
+// a run-time value in the fused layer, which so keeps one copy of the weight loop. A lane's outputs
 // are addressed from one pointer by offsets of whole token rows, so a store costs an offset and a
 // predicate rather than a 64-bit product and a branch.
 template <int kGroups>

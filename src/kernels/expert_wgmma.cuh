@@ -155,10 +155,12 @@ __global__ void __launch_bounds__(kWgmmaProducerThreads + kConsumerWarps * 32, 1
   const unsigned smem_base = shared_address(smem);
   const unsigned full = smem_base + kStages * kStageBytes, empty = full + 8 * kStages;
 
-  // The routing is complete here: every mxmoe kernel waits for its prerequisite grid before it lets
-  // its dependants launch, and the routing is two launches back (routing, gather, FC1, FC2). So the
-  // lookup and the weights' first copies may run before this grid's own wait, under the end of the
-  // launch before (FC1: the gather; FC2: FC1's last wave); the activations wait for it.
+  // The routing is complete here: the gather (FC1's launch before) waits for it before it lets its
+  // dependants launch, and FC2 launches after FC1. So the lookup and the weights' first copies, which
+  // read only the routing and the weights, run before this grid's own wait, under the end of the
+  // launch before (FC1: the gather; FC2: FC1's last wave); the activations wait for it. Dependants
+  // may launch at once: FC2's CTAs then take the SMs FC1's last wave leaves, and the un-permute
+  // waits for FC2, which completes after FC1.
   allow_dependent_grids();
   const int row_tiles = args.rows / kRecordRows;
   const int row_blocks = (row_tiles + kRecords - 1) / kRecords;
