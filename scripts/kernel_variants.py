@@ -39,6 +39,13 @@ DELIVERY_ONLY = (
     "      // Every record is dequantised",
 )
 
+# The producer's arrival on a slot's full barrier and its copy of the slice's records.
+WEIGHT_COPY = (
+    "      mbarrier_arrive_expect_tx(full + 8 * s, boxes * kBoxBytes + kRecords * kRecordBytes);\n"
+    "      tensor_copy_4d(smem_base + s * kStageBytes + kActivationBytes, weights, 0, kt_begin + slice, first_row_tile,\n"
+    "                     expert, full + 8 * s);\n"
+)
+
 VARIANTS = {
     # The ring alone: each consumer waits for its slot and hands it back at once; no record is
     # read, dequantised or multiplied. The time of the tensor copies' delivery.
@@ -54,8 +61,7 @@ VARIANTS = {
     "wgmma-delivery-activations-only": [
         ZEROED_ACCUMULATORS, DELIVERY_ONLY,
         (WGMMA,
-         "      mbarrier_arrive_expect_tx(full + 8 * s, boxes * kBoxBytes + kRecords * kRecordBytes);\n"
-         "      tensor_copy_3d(stage + kActivationBytes, weights, 0, kt, expert * row_tiles + first_row_tile, full + 8 * s);\n",
+         WEIGHT_COPY,
          "      mbarrier_arrive_expect_tx(full + 8 * s, boxes * kBoxBytes);  // variant: no records\n"),
     ],
     # The slot handed back as soon as the consumer has read its records, before the MMAs read its
@@ -76,13 +82,10 @@ VARIANTS = {
     # scale bytes). With the delivery-only variants, it splits the kernel's time between its two
     # halves.
     "wgmma-consumers-only": [
+        (WGMMA, WEIGHT_COPY, "      mbarrier_arrive(full + 8 * s);  // variant: nothing copied\n"),
         (WGMMA,
-         "      mbarrier_arrive_expect_tx(full + 8 * s, boxes * kBoxBytes + kRecords * kRecordBytes);\n"
-         "      tensor_copy_3d(stage + kActivationBytes, weights, 0, kt, expert * row_tiles + first_row_tile, full + 8 * s);\n"
          "      for (int box = 0; box < boxes; ++box) {\n",
-         "      mbarrier_arrive(full + 8 * s);  // variant: nothing copied\n"
-         "      (void)stage; (void)kt;\n"
-         "      for (int box = 0; box < 0 * boxes; ++box) {\n"),
+         "      for (int box = 0; box < 0 * boxes; ++box) {  // variant: nothing copied\n"),
     ],
     # Records read and dequantised, no MMA: the fragments are kept alive by empty asm statements.
     "wgmma-no-mma": [
