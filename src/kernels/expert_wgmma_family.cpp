@@ -41,11 +41,11 @@ class WgmmaFamily final : public KernelFamily {
 
   std::span<const TacticCandidate> candidates() const override {
     static const TacticCandidate kCandidates[] = {
-        {wgmma(256, 32, 8, 6), "17-32 rows per expert: streams the weights, 256 rows per staged activation slice"},
+        {wgmma(256, 32, 8, 7), "17-32 rows per expert: streams the weights, 256 rows per staged activation slice, 7-deep ring"},
         {wgmma(256, 32, 16, 6), "17-32 rows per expert, four consumer warpgroups: one record a warp, more warps"},
         {wgmma(128, 64, 8, 6), "33-64 rows per expert: two consumer warpgroups of one 64-row block each"},
         {wgmma(256, 64, 8, 5), "33-64 rows per expert, tall: each staged activation slice feeds 256 rows"},
-        {wgmma(256, 64, 16, 5), "33-64 rows per expert, tall, four consumer warpgroups of one 64-row block"},
+        {wgmma(256, 64, 16, 6), "33-64 rows per expert, tall, four consumer warpgroups of one 64-row block, 6-deep ring"},
         {wgmma(256, 96, 16, 5), "~64 rows per expert in one tile, four consumer warpgroups (48 accumulators: 112 registers)"},
         {wgmma(256, 96, 16, 6), "~64 rows per expert in one tile, four consumer warpgroups, 6-deep ring"},
         {wgmma(128, 128, 8, 5), "65+ rows per expert: 64 x 128 accumulators per consumer warpgroup"},

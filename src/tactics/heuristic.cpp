@@ -27,10 +27,11 @@ constexpr long long kStreamK16RowsExpected = 12;
 
 // On sm_90a the wgmma family past the stream-K GEMV (H100, docs/perf-notes.md, "records by one
 // tensor copy", "the heuristic's tiles against the others" and "a 144-token tile"), its token tile
-// one that the expected rows per expert fill: 32 tokens (a 6-deep ring) below 32 rows, where it
-// beats the mma tiles by ~1.26x at 16; 64 (5-deep, four consumer warpgroups of one record a warp:
-// 4 % ahead of two of two records at 32-48 rows on gpt-oss-20b, even on gpt-oss-120b; "four
-// consumer warpgroups against two") below 64; 96 (6-deep, four consumer warpgroups: 48
+// one that the expected rows per expert fill: 32 tokens (a 7-deep ring, 1-1.5 % ahead of 6-deep at
+// 20-24 rows on gpt-oss-20b: "ring depths after the weights-first copies") below 32 rows, where it
+// beats the mma tiles by ~1.26x at 16; 64 (6-deep, 2-3 % ahead of 5-deep at 32-48 rows; four
+// consumer warpgroups of one record a warp: 4 % ahead of two of two records at 32-48 rows on
+// gpt-oss-20b, even on gpt-oss-120b; "four consumer warpgroups against two") below 64; 96 (6-deep, four consumer warpgroups: 48
 // accumulators fit their 112 registers, where 128 tokens' 64 do not) below 88, which holds the
 // experts of ~64-80 expected rows in one tile (4-5 % ahead of the 128-token tile at 64 and 80 rows
 // on both models; "a 96-token tile"; from 88 more than one in five experts would need a second);
@@ -39,8 +40,8 @@ constexpr long long kStreamK16RowsExpected = 12;
 // of the 128-token tile, whose second, nearly empty tiles cost ~0.4 of a full one); from 144 the
 // 128-row x 256-token tile, whose m64n256 MMAs keep the tensor pipe busier (1 % ahead at 144 rows,
 // 11-14 % at 160-176).
-const Tactic kWgmma32{.family = "wgmma", .tile_rows = 256, .tile_tokens = 32, .warps_rows = 8, .smem_stages = 6};
-const Tactic kWgmma64{.family = "wgmma", .tile_rows = 256, .tile_tokens = 64, .warps_rows = 16, .smem_stages = 5};
+const Tactic kWgmma32{.family = "wgmma", .tile_rows = 256, .tile_tokens = 32, .warps_rows = 8, .smem_stages = 7};
+const Tactic kWgmma64{.family = "wgmma", .tile_rows = 256, .tile_tokens = 64, .warps_rows = 16, .smem_stages = 6};
 const Tactic kWgmma96{.family = "wgmma", .tile_rows = 256, .tile_tokens = 96, .warps_rows = 16, .smem_stages = 6};
 const Tactic kWgmmaPrefill{.family = "wgmma", .tile_rows = 256, .tile_tokens = 128, .warps_rows = 8, .smem_stages = 6};
 const Tactic kWgmma144{.family = "wgmma", .tile_rows = 256, .tile_tokens = 144, .warps_rows = 8, .smem_stages = 6};

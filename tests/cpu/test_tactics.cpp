@@ -304,10 +304,10 @@ TEST(Heuristic, PinnedChoices) {
       {"gpt-oss-20b", 33, "sk.r384x16.w24.u2.k1", "sk.r384x16.w24.u2.k1"},
       {"gpt-oss-20b", 64, "sk.r384x16.w24.u2.k1", "sk.r384x16.w24.u2.k1"},  // expected 8 rows
       {"gpt-oss-20b", 96, "sk.r384x16.w24.u2.k1", "sk.r384x16.w24.u2.k1"},  // expected 12 rows
-      {"gpt-oss-20b", 97, "wgmma.r256x32.w8.s6.k1", "wgmma.r256x32.w8.s6.k1"},  // 13: wgmma from here
-      {"gpt-oss-20b", 248, "wgmma.r256x32.w8.s6.k1", "wgmma.r256x32.w8.s6.k1"},  // expected 31 rows
-      {"gpt-oss-20b", 249, "wgmma.r256x64.w16.s5.k1", "wgmma.r256x64.w16.s5.k1"},  // 32: 64 tokens a tile
-      {"gpt-oss-20b", 504, "wgmma.r256x64.w16.s5.k1", "wgmma.r256x64.w16.s5.k1"},  // 63
+      {"gpt-oss-20b", 97, "wgmma.r256x32.w8.s7.k1", "wgmma.r256x32.w8.s7.k1"},  // 13: wgmma from here
+      {"gpt-oss-20b", 248, "wgmma.r256x32.w8.s7.k1", "wgmma.r256x32.w8.s7.k1"},  // expected 31 rows
+      {"gpt-oss-20b", 249, "wgmma.r256x64.w16.s6.k1", "wgmma.r256x64.w16.s6.k1"},  // 32: 64 tokens a tile
+      {"gpt-oss-20b", 504, "wgmma.r256x64.w16.s6.k1", "wgmma.r256x64.w16.s6.k1"},  // 63
       {"gpt-oss-20b", 505, "wgmma.r256x96.w16.s6.k1", "wgmma.r256x96.w16.s6.k1"},  // 64: 96 tokens a tile
       {"gpt-oss-20b", 696, "wgmma.r256x96.w16.s6.k1", "wgmma.r256x96.w16.s6.k1"},  // 87
       {"gpt-oss-20b", 697, "wgmma.r256x128.w8.s6.k1", "wgmma.r256x128.w8.s6.k1"},  // 88: 128 tokens a tile
@@ -321,10 +321,10 @@ TEST(Heuristic, PinnedChoices) {
       {"gpt-oss-120b", 128, "sk.r384x8.w24.u2.k1", "sk.r384x8.w24.u2.k1"},  // expected 4 rows
       {"gpt-oss-120b", 129, "sk.r384x16.w24.u2.k1", "sk.r384x16.w24.u2.k1"},
       {"gpt-oss-120b", 384, "sk.r384x16.w24.u2.k1", "sk.r384x16.w24.u2.k1"},
-      {"gpt-oss-120b", 385, "wgmma.r256x32.w8.s6.k1", "wgmma.r256x32.w8.s6.k1"},
-      {"gpt-oss-120b", 992, "wgmma.r256x32.w8.s6.k1", "wgmma.r256x32.w8.s6.k1"},
-      {"gpt-oss-120b", 993, "wgmma.r256x64.w16.s5.k1", "wgmma.r256x64.w16.s5.k1"},
-      {"gpt-oss-120b", 2016, "wgmma.r256x64.w16.s5.k1", "wgmma.r256x64.w16.s5.k1"},
+      {"gpt-oss-120b", 385, "wgmma.r256x32.w8.s7.k1", "wgmma.r256x32.w8.s7.k1"},
+      {"gpt-oss-120b", 992, "wgmma.r256x32.w8.s7.k1", "wgmma.r256x32.w8.s7.k1"},
+      {"gpt-oss-120b", 993, "wgmma.r256x64.w16.s6.k1", "wgmma.r256x64.w16.s6.k1"},
+      {"gpt-oss-120b", 2016, "wgmma.r256x64.w16.s6.k1", "wgmma.r256x64.w16.s6.k1"},
       {"gpt-oss-120b", 2017, "wgmma.r256x96.w16.s6.k1", "wgmma.r256x96.w16.s6.k1"},
       {"gpt-oss-120b", 2784, "wgmma.r256x96.w16.s6.k1", "wgmma.r256x96.w16.s6.k1"},
       {"gpt-oss-120b", 2785, "wgmma.r256x128.w8.s6.k1", "wgmma.r256x128.w8.s6.k1"},
@@ -424,7 +424,7 @@ TEST(ValidatePlan, ActivationsMustBeTheFamilies) {
 // A wgmma kernel must run on the registers its consumers' setmaxnreg assumes the launch allocates;
 // fewer would leave them waiting forever, so such a binary is refused when it is compiled.
 TEST(TacticTable, WgmmaBinaryWithFewerRegistersThanItsLaunchAssumesIsRefused) {
-  const Tactic w16 = parse_tactic("wgmma.r256x64.w16.s5.k1"), w8 = parse_tactic("wgmma.r256x64.w8.s5.k1");
+  const Tactic w16 = parse_tactic("wgmma.r256x64.w16.s6.k1"), w8 = parse_tactic("wgmma.r256x64.w8.s5.k1");
   const KernelFamily& family = family_of(w16);
   EXPECT_EQ(family.why_unfit_binary(w16, std::vector<int>{96, 96}), "");
   EXPECT_EQ(family.why_unfit_binary(w8, std::vector<int>{168, 168}), "");
