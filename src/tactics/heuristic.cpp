@@ -31,15 +31,15 @@ constexpr long long kStreamK16RowsExpected = 12;
 // 20-24 rows on gpt-oss-20b: "ring depths after the weights-first copies") below 32 rows, where it
 // beats the mma tiles by ~1.26x at 16; 64 (6-deep, 2-3 % ahead of 5-deep at 32-48 rows; four
 // consumer warpgroups of one record a warp: 4 % ahead of two of two records at 32-48 rows on
-// gpt-oss-20b, even on gpt-oss-120b; "four consumer warpgroups against two") below 64; 96 (6-deep, four consumer warpgroups: 48
-// accumulators fit their 112 registers, where 128 tokens' 64 do not) below 88, which holds the
-// experts of ~64-80 expected rows in one tile (4-5 % ahead of the 128-token tile at 64 and 80 rows
-// on both models; "a 96-token tile"; from 88 more than one in five experts would need a second);
-// 128 (6-deep, 2-4 % ahead of 4-deep at 64 rows: "MMA widths in steps of 16") below 112; 144 below
-// 144, which holds the experts of a count above 128 in one tile (at 128 expected rows 10-11 % ahead
-// of the 128-token tile, whose second, nearly empty tiles cost ~0.4 of a full one); from 144 the
-// 128-row x 256-token tile, whose m64n256 MMAs keep the tensor pipe busier (1 % ahead at 144 rows,
-// 11-14 % at 160-176).
+// gpt-oss-20b, even on gpt-oss-120b; "four consumer warpgroups against two") below 64; 96 (6-deep,
+// four consumer warpgroups: 48 accumulators fit their 112 registers, where 128 tokens' 64 do not)
+// below 88, which holds the experts of ~64-80 expected rows in one tile (4-5 % ahead of the
+// 128-token tile at 64 and 80 rows on both models; "a 96-token tile"; from 88 more than one in five
+// experts would need a second); 128 (6-deep, 2-4 % ahead of 4-deep at 64 rows: "MMA widths in steps
+// of 16") below 112; 144 below 144, which holds the experts of a count above 128 in one tile (at
+// 128 expected rows 10-11 % ahead of the 128-token tile, whose second, nearly empty tiles cost ~0.4
+// of a full one); from 144 the 128-row x 256-token tile, whose m64n256 MMAs keep the tensor pipe
+// busier (1 % ahead at 144 rows, 11-14 % at 160-176).
 const Tactic kWgmma32{.family = "wgmma", .tile_rows = 256, .tile_tokens = 32, .warps_rows = 8, .smem_stages = 7};
 const Tactic kWgmma64{.family = "wgmma", .tile_rows = 256, .tile_tokens = 64, .warps_rows = 16, .smem_stages = 6};
 const Tactic kWgmma96{.family = "wgmma", .tile_rows = 256, .tile_tokens = 96, .warps_rows = 16, .smem_stages = 6};
