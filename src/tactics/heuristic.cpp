@@ -28,7 +28,7 @@ constexpr long long kStreamK16RowsExpected = 12;
 // On sm_90a the wgmma family past the stream-K GEMV (H100, docs/perf-notes.md, "records by one
 // tensor copy", "the heuristic's tiles against the others" and "a 144-token tile"), its token tile
 // one that the expected rows per expert fill: 32 tokens (a 7-deep ring, 1-1.5 % ahead of 6-deep at
-// 20-24 rows on gpt-oss-20b: "ring depths after the weights-first copies") below 32 rows, where it
+// 16-24 rows on gpt-oss-20b: "ring depths after the weights-first copies") below 32 rows, where it
 // beats the mma tiles by ~1.26x at 16; 64 (6-deep, 2-3 % ahead of 5-deep at 32-48 rows; four
 // consumer warpgroups of one record a warp: 4 % ahead of two of two records at 32-48 rows on
 // gpt-oss-20b, even on gpt-oss-120b; "four consumer warpgroups against two") below 64; 96 (6-deep,
