@@ -73,7 +73,8 @@ TEST(Cli, UsageErrorsExitTwoWithOneLine) {
         "make-checkpoint --out /tmp/x --scheme gguf", "bench --layers 4", "bench --replays 5", "bench --tokens 1,x",
         "bench --model gpt-oss-7b", "bench --plan gemv.r64", "bench --plan gemv.r64x8.w4x2.u2.k1,tiled.r128",
         "run --activations fp16", "run --self-check", "run --activations mxfp8 --self-check --device cpu",
-        "bench --activations fp8", "tune --activations fp8", "cache prewarm --family nope"}) {
+        "bench --activations fp8", "tune --activations fp8", "cache prewarm --family nope",
+        "cache prewarm --arch sm_100a --family wgmma", "cache bench --arch sm_120a --family wgmma --default-set"}) {
     const auto r = test::run_cli(args);
     EXPECT_EQ(r.exit_code, 2) << args << ": " << r.err;
     expect_one_error_line(r);

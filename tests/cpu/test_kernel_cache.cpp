@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 #include <sstream>
 
 #include "jit/aot.hpp"
@@ -277,6 +278,25 @@ TEST(KernelSources, ReadFromADirectoryUnderTheEmbeddedNames) {
 
 // Through the command, as on a GPU machine: the kernels compile from the directory (a broken
 // header fails the compile), the ahead-of-time set is not used for them, and a directory that
+// --default-set: prewarm goes through the heuristic's tactics of the family and no other.
+TEST(KernelCacheCommand, DefaultSetPrewarmsTheHeuristicsTacticsOnly) {
+  const fs::path base = test::scratch_dir();
+  const auto prewarm = test::run_cli("cache prewarm --arch sm_90a --family sk --default-set --cache-dir " + base.string());
+  ASSERT_EQ(prewarm.exit_code, 0) << prewarm.err;
+  std::set<std::string> expected, listed;
+  const std::vector<Tactic> defaults = default_tactics();
+  for (const Tactic& t : valid_tactics("sm_90a")) {
+    if (t.family == "sk" && std::find(defaults.begin(), defaults.end(), t) != defaults.end()) expected.insert(t.name());
+  }
+  std::istringstream lines(prewarm.out);
+  for (std::string arch, tactic; lines >> arch >> tactic && arch == "sm_90a";) {
+    listed.insert(tactic);
+    lines.ignore(1 << 20, '\n');
+  }
+  ASSERT_FALSE(expected.empty());
+  EXPECT_EQ(listed, expected) << prewarm.out;
+}
+
 // lacks a source is one error line.
 TEST(KernelSources, TheCommandCompilesFromMxmoeKernelSourceDir) {
   const fs::path base = test::scratch_dir();

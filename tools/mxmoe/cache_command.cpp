@@ -23,15 +23,17 @@ constexpr OptionSpec kOptions[] = {
     {"arch", "NAME", "sm_90a, sm_100a, sm_120a, sm_121a or all (prewarm, bench; default all / sm_90a)"},
     {"cache-dir", "DIR", "the cache directory (default $MXMOE_CACHE_DIR, $XDG_CACHE_HOME/mxmoe, ~/.cache/mxmoe)"},
     {"family", "NAME", "prewarm, bench: only this kernel family's tactics (e.g. bsmma; default every family)"},
+    {"default-set", "", "prewarm, bench: only the heuristic's tactics (the ahead-of-time set) instead of every valid one"},
 };
 
 constexpr CommandSpec kSpec{
-    "cache", "ls|clear|prewarm|bench [--arch NAME|all] [--cache-dir DIR] [--family NAME]",
+    "cache", "ls|clear|prewarm|bench [--arch NAME|all] [--cache-dir DIR] [--family NAME] [--default-set]",
     "Manages the on-disk cache of compiled expert kernels.\n"
     "  ls        list the entries: key, tactic, arch, size, age (and damage or the assembler's\n"
     "            performance warnings, if any)\n"
     "  clear     remove every entry\n"
     "  prewarm   compile every valid tactic of the arch(es) that the library's ahead-of-time set lacks\n"
+    "            (or, with $MXMOE_KERNEL_SOURCE_DIR, every one, from those sources)\n"
     "  bench     time cold compiles (every valid tactic, in a scratch cache), warm loads of the stored\n"
     "            entries, and a parallel prewarm of the whole table",
     kOptions};
@@ -55,13 +57,27 @@ struct Job {
   const Arch* arch;
 };
 
-// The valid tactics of the archs, of one family when `family` is not empty.
-std::vector<Job> table_jobs(const std::vector<const Arch*>& archs, const std::string& family) {
+struct JobFilter {
+  std::string family;        // empty: every family
+  bool default_set = false;  // only default_tactics(), the heuristic's
+};
+
+// The valid tactics of the archs that pass the filter.
+std::vector<Job> table_jobs(const std::vector<const Arch*>& archs, const JobFilter& filter) {
+  const std::vector<Tactic> defaults = default_tactics();
   std::vector<Job> jobs;
   for (const Arch* a : archs) {
     for (const Tactic& t : valid_tactics(a->name)) {
-      if (family.empty() || t.family == family) jobs.push_back({t, a});
+      if (!filter.family.empty() && t.family != filter.family) continue;
+      if (filter.default_set && std::find(defaults.begin(), defaults.end(), t) == defaults.end()) continue;
+      jobs.push_back({t, a});
     }
+  }
+  if (jobs.empty()) {
+    std::string names;
+    for (const Arch* a : archs) names += (names.empty() ? "" : ", ") + std::string(a->name);
+    throw UsageError(names + " has no valid tactic" + (filter.family.empty() ? "" : " of family '" + filter.family + "'") +
+                     (filter.default_set ? " in the default set" : ""));
   }
   return jobs;
 }
@@ -100,8 +116,8 @@ int list(KernelCache& cache) {
   return 0;
 }
 
-int prewarm(KernelCache& cache, const std::vector<const Arch*>& archs, const std::string& family) {
-  const auto jobs = table_jobs(archs, family);
+int prewarm(KernelCache& cache, const std::vector<const Arch*>& archs, const JobFilter& filter) {
+  const auto jobs = table_jobs(archs, filter);
   std::atomic<int> compiled{0}, ready{0};
   std::mutex print;
   const auto start = std::chrono::steady_clock::now();
@@ -119,10 +135,10 @@ int prewarm(KernelCache& cache, const std::vector<const Arch*>& archs, const std
   return 0;
 }
 
-int bench(const std::vector<const Arch*>& archs, const std::string& family) {
+int bench(const std::vector<const Arch*>& archs, const JobFilter& filter) {
   const std::string scratch = std::filesystem::temp_directory_path() / ("mxmoe-cache-bench-" + std::to_string(getpid()));
   std::filesystem::remove_all(scratch);
-  const auto jobs = table_jobs(archs, family);
+  const auto jobs = table_jobs(archs, filter);
   // Cold: one compile at a time, so each time is a compile's own.
   std::vector<double> cold;
   {
@@ -197,14 +213,15 @@ int cache_command(std::span<const std::string> args) {
     std::printf("%s: removed %zu entries\n", cache.dir().c_str(), cache.clear());
     return 0;
   }
-  const std::string family = parsed->get("family", "");
+  const JobFilter filter{.family = parsed->get("family", ""), .default_set = parsed->flag("default-set")};
+  const std::string& family = filter.family;
   if (!family.empty() && !family_by_prefix(family)) {
     std::string known;
     for (const KernelFamily* f : kernel_families()) known += (known.empty() ? "" : ", ") + std::string(f->prefix());
     throw UsageError("--family: unknown kernel family '" + family + "' (expected one of " + known + ")");
   }
-  if (action == "prewarm") return prewarm(cache, archs_of(parsed->get("arch", "all")), family);
-  if (action == "bench") return bench(archs_of(parsed->get("arch", "sm_90a")), family);
+  if (action == "prewarm") return prewarm(cache, archs_of(parsed->get("arch", "all")), filter);
+  if (action == "bench") return bench(archs_of(parsed->get("arch", "sm_90a")), filter);
   throw UsageError("cache: unknown action '" + action + "' (expected ls, clear, prewarm or bench)");
 }
 
