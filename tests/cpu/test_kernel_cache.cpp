@@ -276,8 +276,6 @@ TEST(KernelSources, ReadFromADirectoryUnderTheEmbeddedNames) {
   }
 }
 
-// Through the command, as on a GPU machine: the kernels compile from the directory (a broken
-// header fails the compile), the ahead-of-time set is not used for them, and a directory that
 // --default-set: prewarm goes through the heuristic's tactics of the family and no other.
 TEST(KernelCacheCommand, DefaultSetPrewarmsTheHeuristicsTacticsOnly) {
   const fs::path base = test::scratch_dir();
@@ -297,6 +295,8 @@ TEST(KernelCacheCommand, DefaultSetPrewarmsTheHeuristicsTacticsOnly) {
   EXPECT_EQ(listed, expected) << prewarm.out;
 }
 
+// Through the command, as on a GPU machine: the kernels compile from the directory (a broken
+// header fails the compile), the ahead-of-time set is not used for them, and a directory that
 // lacks a source is one error line.
 TEST(KernelSources, TheCommandCompilesFromMxmoeKernelSourceDir) {
   const fs::path base = test::scratch_dir();
