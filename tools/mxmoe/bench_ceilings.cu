@@ -47,13 +47,20 @@ __global__ void fill_random_bf16(__nv_bfloat16* data, size_t count, unsigned see
   }
 }
 
+struct Measured {
+  double ms = 0;
+  ClockReport clocks;  // over the timed repetitions
+};
+
 template <typename Launch>
-double median_ms(Launch launch) {
+Measured median_ms(Launch launch) {
+  ClockMonitor monitor;
   cudaEvent_t start, stop;
   cuda_check(cudaEventCreate(&start), "cudaEventCreate");
   cuda_check(cudaEventCreate(&stop), "cudaEventCreate");
   for (int i = 0; i < 3; ++i) launch();
   std::vector<float> ms;
+  monitor.start();
   for (int i = 0; i < kRepetitions; ++i) {
     cuda_check(cudaEventRecord(start), "cudaEventRecord");
     launch();
@@ -63,10 +70,11 @@ double median_ms(Launch launch) {
     cuda_check(cudaEventElapsedTime(&t, start, stop), "cudaEventElapsedTime");
     ms.push_back(t);
   }
+  const ClockReport clocks = monitor.stop();
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
   std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
+  return {ms[ms.size() / 2], clocks};
 }
 
 void cublas_check(cublasStatus_t status, const char* what) {
@@ -85,12 +93,13 @@ Ceilings measure_ceilings() {
     cuda_check(cudaMemset(buffer.get(), 0x5A, kReadBytes), "filling the read-ceiling buffer");
     const auto* data = static_cast<const uint4*>(buffer.get());
     const size_t count = kReadBytes / 16;
-    const double ms = median_ms([&] {
+    const Measured m = median_ms([&] {
       stream_read_kernel<<<sms * 8, 256>>>(data, count, static_cast<unsigned*>(sink.get()));
       cuda_check(cudaGetLastError(), "read-ceiling launch");
     });
     c.read_bytes = kReadBytes;
-    c.read_gbs = kReadBytes / (ms * 1e-3) / 1e9;
+    c.read_gbs = kReadBytes / (m.ms * 1e-3) / 1e9;
+    c.read_clocks = m.clocks;
   }
   {
     const size_t n = kMatmulN, elements = n * n;
@@ -101,7 +110,7 @@ Ceilings measure_ceilings() {
     cublasHandle_t handle;
     cublas_check(cublasCreate(&handle), "cublasCreate");
     const float alpha = 1.0f, beta = 0.0f;
-    const double ms = median_ms([&] {
+    const Measured m = median_ms([&] {
       cublas_check(cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, kMatmulN, kMatmulN, kMatmulN, &alpha, a.get(),
                                 CUDA_R_16BF, kMatmulN, b.get(), CUDA_R_16BF, kMatmulN, &beta, out.get(), CUDA_R_16BF,
                                 kMatmulN, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
@@ -109,7 +118,8 @@ Ceilings measure_ceilings() {
     });
     cublasDestroy(handle);
     c.matmul_n = kMatmulN;
-    c.bf16_tflops = 2.0 * n * n * n / (ms * 1e-3) / 1e12;
+    c.bf16_tflops = 2.0 * n * n * n / (m.ms * 1e-3) / 1e12;
+    c.bf16_clocks = m.clocks;
   }
   return c;
 }

@@ -4,6 +4,8 @@
 
 #include <string>
 
+#include "clock_monitor.hpp"
+
 namespace mxmoe::cli {
 
 struct Ceilings {
@@ -11,6 +13,7 @@ struct Ceilings {
   double bf16_tflops = 0.0;    // cuBLAS bf16 GEMM, fp32 accumulation, random data
   size_t read_bytes = 0;
   int matmul_n = 0;
+  ClockReport read_clocks, bf16_clocks;  // the card's clock and power while each was timed
 };
 
 Ceilings measure_ceilings();

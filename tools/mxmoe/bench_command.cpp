@@ -48,7 +48,9 @@ constexpr CommandSpec kSpec{
     "Times the whole MoE layer (routing, permutation, FC1 + SwiGLU, FC2, weighted un-permute) against the\n"
     "device's own measured ceilings: streaming-read bandwidth and the cuBLAS bf16 matmul rate. Each row's\n"
     "output is checked against the CPU reference with the plan's activations (rel.err); a row with MXFP8\n"
-    "activations also prints their cost, its error against the reference with bf16 activations.",
+    "activations also prints their cost, its error against the reference with bf16 activations. Where NVML\n"
+    "is there, each row and each ceiling also gets the SM clock the card held while it was timed and how\n"
+    "often the card's power cap was holding the clock down.",
     kOptions};
 
 // Against the CPU reference with the plan's activations: the GPU and the CPU compute the same
@@ -65,6 +67,7 @@ struct Row {
   std::string fc1, fc2;
   std::string activations = "bf16";
   double rel_error = 0;
+  ClockReport clocks;  // during the timed replays of the row's plan
   double cost = 0;  // MXFP8 activations: the error against the reference with bf16 activations
   double tokens_per_s = 0;
   double heuristic_us = 0;  // --compare: the heuristic plan's time (0 when not measured)
@@ -96,6 +99,7 @@ Row bench_tokens(const std::string& model, LayerRotation& rotation, int tokens, 
   row.us_median = timing.median_us;
   row.us_min = timing.min_us;
   row.us_max = timing.max_us;
+  row.clocks = timing.clocks;
   row.activations = activation_format_name(plan.activations);
   row.rel_error = rotation.first_layer_error(plan.activations);
   if (plan.activations == ActivationFormat::kMxfp8) row.cost = rotation.first_layer_error(ActivationFormat::kBf16);
@@ -132,13 +136,32 @@ Row bench_tokens(const std::string& model, LayerRotation& rotation, int tokens, 
   return row;
 }
 
+// " at M MHz (power cap P %)" of a timed region, or nothing where NVML gave no samples.
+std::string clock_text(const ClockReport& clocks) {
+  if (clocks.samples == 0) return "";
+  char text[64];
+  std::snprintf(text, sizeof(text), " at %u MHz (power cap %.0f %%)", clocks.sm_mhz_median, 100 * clocks.power_capped_fraction);
+  return text;
+}
+
+nlohmann::ordered_json clock_json(const ClockReport& clocks) {
+  return {{"samples", clocks.samples},
+          {"sm_clock_mhz_median", clocks.sm_mhz_median},
+          {"sm_clock_mhz_min", clocks.sm_mhz_min},
+          {"power_w_median", clocks.power_w_median},
+          {"power_w_max", clocks.power_w_max},
+          {"power_capped_fraction", clocks.power_capped_fraction},
+          {"slowdown_fraction", clocks.slowdown_fraction}};
+}
+
 void print_table(const std::vector<Row>& rows, const Ceilings& c) {
-  std::printf("\nceilings: read %.0f GB/s, bf16 matmul %.0f TFLOP/s\n", c.read_gbs, c.bf16_tflops);
+  std::printf("\nceilings: read %.0f GB/s%s, bf16 matmul %.0f TFLOP/s%s\n", c.read_gbs, clock_text(c.read_clocks).c_str(),
+              c.bf16_tflops, clock_text(c.bf16_clocks).c_str());
   const bool compared = std::any_of(rows.begin(), rows.end(), [](const Row& r) { return r.heuristic_us > 0; });
   const bool mxfp8 = std::any_of(rows.begin(), rows.end(), [](const Row& r) { return r.activations == "mxfp8"; });
-  std::printf("%-13s %5s %10s %17s %7s %6s %8s %6s %-26s %-26s %5s %8s%s %8s%s\n", "model", "T", "us/layer", "min-max",
-              "GB/s", "%read", "TFLOP/s", "%bf16", "FC1", "FC2", "act", "rel.err", mxfp8 ? "     cost" : "", "tok/s",
-              compared ? "  heuristic us  tuned/heur" : "");
+  std::printf("%-13s %5s %10s %17s %7s %6s %8s %6s %-26s %-26s %5s %8s%s %8s %5s %4s%s\n", "model", "T", "us/layer", "min-max",
+              "GB/s", "%read", "TFLOP/s", "%bf16", "FC1", "FC2", "act", "rel.err", mxfp8 ? "     cost" : "", "tok/s", "MHz",
+              "cap", compared ? "  heuristic us  tuned/heur" : "");
   for (const auto& r : rows) {
     char spread[32];
     std::snprintf(spread, sizeof(spread), "%.1f-%.1f", r.us_min, r.us_max);
@@ -146,10 +169,18 @@ void print_table(const std::vector<Row>& rows, const Ceilings& c) {
     if (compared) std::snprintf(comparison, sizeof(comparison), "  %12.1f  %10.3f", r.heuristic_us, r.us_median / r.heuristic_us);
     char cost[16] = "";
     if (mxfp8) std::snprintf(cost, sizeof(cost), " %8.1e", r.cost);
-    std::printf("%-13s %5d %10.1f %17s %7.0f %5.1f%% %8.1f %5.1f%% %-26s %-26s %5s %8.1e%s %8.0f%s%s\n",
+    char clocks[16] = "    -    -";
+    if (r.clocks.samples > 0) {
+      std::snprintf(clocks, sizeof(clocks), "%5u %3.0f%%", r.clocks.sm_mhz_median, 100 * r.clocks.power_capped_fraction);
+    }
+    std::printf("%-13s %5d %10.1f %17s %7.0f %5.1f%% %8.1f %5.1f%% %-26s %-26s %5s %8.1e%s %8.0f %s%s%s\n",
                 r.model.c_str(), r.tokens, r.us_median, spread, r.gbs, 100 * r.read_fraction, r.tflops,
                 100 * r.bf16_fraction, r.fc1.c_str(), r.fc2.c_str(), r.activations.c_str(), r.rel_error, cost,
-                r.tokens_per_s, comparison, r.rel_error < kMaxRelativeError ? "" : "  INACCURATE");
+                r.tokens_per_s, clocks, comparison, r.rel_error < kMaxRelativeError ? "" : "  INACCURATE");
+  }
+  if (std::any_of(rows.begin(), rows.end(), [](const Row& r) { return r.clocks.samples > 0; })) {
+    std::printf("MHz: median SM clock over the timed replays (NVML); cap: share of those samples with the card's\n"
+                "power cap holding its clock down\n");
   }
 }
 
@@ -192,7 +223,8 @@ void write_json(const std::string& path, const std::vector<Row>& rows, const Cei
   json["protocol"] = {{"layers_rotated", layers}, {"replays", replays}, {"skewed", skewed}, {"statistic", "median"}};
   json["tuned"] = tuned;
   json["ceilings"] = {{"read_gbs", c.read_gbs}, {"read_bytes", c.read_bytes}, {"bf16_tflops", c.bf16_tflops},
-                      {"matmul_n", c.matmul_n}};
+                      {"matmul_n", c.matmul_n}, {"read_clocks", clock_json(c.read_clocks)},
+                      {"bf16_clocks", clock_json(c.bf16_clocks)}};
   for (const auto& r : rows) {
     json["rows"].push_back({{"model", r.model},          {"tokens", r.tokens},
                             {"us_per_layer", r.us_median}, {"us_min", r.us_min},
@@ -202,6 +234,7 @@ void write_json(const std::string& path, const std::vector<Row>& rows, const Cei
                             {"bf16_fraction", r.bf16_fraction}, {"fc1_tactic", r.fc1},
                             {"fc2_tactic", r.fc2},         {"activations", r.activations},
                             {"rel_error", r.rel_error},    {"cost_vs_bf16", r.cost},
+                            {"clocks", clock_json(r.clocks)},
                             {"moe_tokens_per_s", r.tokens_per_s}, {"heuristic_us", r.heuristic_us},
                             {"routing_us", r.routing_us}, {"fc1_us", r.fc1_us}, {"fc2_us", r.fc2_us},
                             {"unpermute_us", r.unpermute_us}, {"whole_layer", r.whole_layer},
@@ -255,8 +288,9 @@ int bench_command(std::span<const std::string> args) {
               device.name.c_str(), device.sm_major, device.sm_minor, device.multiprocessors, device.driver_version,
               device.sm_clock_mhz, device.max_sm_clock_mhz, device.memory_clock_mhz, MXMOE_GIT_REVISION);
   const Ceilings ceilings = measure_ceilings();
-  std::printf("ceilings: streaming read %.0f GB/s (%zu GiB), bf16 matmul %.0f TFLOP/s (cuBLAS %d^3)\n", ceilings.read_gbs,
-              ceilings.read_bytes >> 30, ceilings.bf16_tflops, ceilings.matmul_n);
+  std::printf("ceilings: streaming read %.0f GB/s (%zu GiB)%s, bf16 matmul %.0f TFLOP/s (cuBLAS %d^3)%s\n", ceilings.read_gbs,
+              ceilings.read_bytes >> 30, clock_text(ceilings.read_clocks).c_str(), ceilings.bf16_tflops, ceilings.matmul_n,
+              clock_text(ceilings.bf16_clocks).c_str());
 
   std::vector<Row> rows;
   bool tuned = false;

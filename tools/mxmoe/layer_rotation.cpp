@@ -75,6 +75,7 @@ LayerRotation::Timing LayerRotation::time(const LayerPlan* plan, int replays, do
   cuda_check(cudaEventCreate(&stop), "cudaEventCreate");
   std::vector<double> us;
   for (int i = 0; i < kWarmReplays + replays; ++i) {
+    if (i == kWarmReplays) clock_monitor_.start();
     cuda_check(cudaEventRecord(start, stream_), "cudaEventRecord");
     cuda_check(cudaGraphLaunch(exec, stream_), "graph replay");
     cuda_check(cudaEventRecord(stop, stream_), "cudaEventRecord");
@@ -88,12 +89,13 @@ LayerRotation::Timing LayerRotation::time(const LayerPlan* plan, int replays, do
     }
     if (i >= kWarmReplays) us.push_back(per_layer);
   }
+  const ClockReport clocks = clock_monitor_.stop();
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
   std::sort(us.begin(), us.end());
-  return {us[us.size() / 2], us.front(), us.back()};
+  return {us[us.size() / 2], us.front(), us.back(), clocks};
 }
 
 double LayerRotation::first_layer_error(ActivationFormat activations) {

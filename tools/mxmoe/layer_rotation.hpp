@@ -9,6 +9,7 @@
 #include <memory>
 #include <vector>
 
+#include "clock_monitor.hpp"
 #include "mxmoe/reference.hpp"
 #include "mxmoe/runner.hpp"
 #include "tools_internal.hpp"
@@ -31,6 +32,7 @@ class LayerRotation {
 
   struct Timing {
     double median_us = 0, min_us = 0, max_us = 0;  // per layer
+    ClockReport clocks;  // the GPU's clock and power during the timed replays
   };
   // Times `replays` replays of the rotation run with `plan` (each runner's own choice when null).
   // Stops early, returning the first replay's time, when that is over `give_up_us` per layer.
@@ -60,6 +62,7 @@ class LayerRotation {
   int tokens_ = 0;
   std::vector<int> sample_;
   std::vector<float> reference_[2];  // layer 0 on sample_ per activation format, computed once per set_tokens
+  ClockMonitor clock_monitor_;
 };
 
 }  // namespace mxmoe::cli
