@@ -14,7 +14,8 @@ namespace mxmoe::cli {
 
 struct ClockSample {
   unsigned sm_mhz = 0;
-  double power_w = 0;  // board power as NVML reports it (0 where it does not)
+  double power_w = 0;  // NVML's board power, which the driver averages over its own window (about a
+                       // second on an H100): it lags regions shorter than that; 0 where not reported
   bool power_capped = false;  // the software power cap is holding the clock down
   bool slowdown = false;      // a thermal, hardware or power-brake slowdown is
 };
