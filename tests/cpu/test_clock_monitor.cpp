@@ -45,5 +45,16 @@ TEST(ClockMonitor, SamplesWhereNvmlIsAndIsANoOpWhereNot) {
   EXPECT_EQ(monitor.stop().samples, 0) << "a second stop has no region to report";
 }
 
+TEST(ClockMonitor, CurrentClocksAreReadWhereNvmlIsAndZeroWhereNot) {
+  const CurrentClocks clocks = read_current_clocks();
+  if (!ClockMonitor().available()) {
+    EXPECT_EQ(clocks.sm_mhz, 0u);
+    EXPECT_EQ(clocks.memory_mhz, 0u);
+    return;
+  }
+  EXPECT_GT(clocks.sm_mhz, 0u);
+  EXPECT_GT(clocks.memory_mhz, 0u);
+}
+
 }  // namespace
 }  // namespace mxmoe::cli

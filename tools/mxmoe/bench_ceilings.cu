@@ -2,7 +2,6 @@
 // after a warm-up, median of the repetitions.
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
-#include <dlfcn.h>
 
 #include <algorithm>
 #include <vector>
@@ -137,26 +136,10 @@ DeviceReport describe_device() {
   cudaDriverGetVersion(&r.driver_version);
   int khz = 0;
   if (cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, device) == cudaSuccess) r.max_sm_clock_mhz = khz / 1000;
-  // Current clocks through NVML, which ships with the driver: loaded at run time so that the
-  // command still starts on machines without one.
-  if (void* nvml = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL)) {
-    using Init = int (*)();
-    using Handle = int (*)(unsigned, void**);
-    using Clock = int (*)(void*, int, unsigned*);
-    auto init = reinterpret_cast<Init>(dlsym(nvml, "nvmlInit_v2"));
-    auto handle = reinterpret_cast<Handle>(dlsym(nvml, "nvmlDeviceGetHandleByIndex_v2"));
-    auto clock = reinterpret_cast<Clock>(dlsym(nvml, "nvmlDeviceGetClockInfo"));
-    auto shutdown = reinterpret_cast<Init>(dlsym(nvml, "nvmlShutdown"));
-    void* h = nullptr;
-    if (init && handle && clock && shutdown && init() == 0) {
-      if (handle(static_cast<unsigned>(device), &h) == 0) {
-        clock(h, 1, &r.sm_clock_mhz);      // NVML_CLOCK_SM
-        clock(h, 2, &r.memory_clock_mhz);  // NVML_CLOCK_MEM
-      }
-      shutdown();
-    }
-    dlclose(nvml);
-  }
+  // Current clocks through NVML (clock_monitor.hpp), which ships with the driver: 0 without it.
+  const CurrentClocks clocks = read_current_clocks();
+  r.sm_clock_mhz = clocks.sm_mhz;
+  r.memory_clock_mhz = clocks.memory_mhz;
   return r;
 }
 

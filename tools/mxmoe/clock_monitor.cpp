@@ -11,13 +11,13 @@ namespace mxmoe::cli {
 // The few NVML entry points the monitor calls, by the C ABI of nvml.h (enums as int, handles as
 // pointers). Clock-event reason bits: nvmlClocksEventReasonSwPowerCap = 0x4; hardware slowdown
 // 0x8, software thermal 0x20, hardware thermal 0x40, power brake 0x80.
-struct ClockMonitor::Nvml {
+struct NvmlDevice {
   using Init = int (*)();
   using HandleByBusId = int (*)(const char*, void**);
   using Clock = int (*)(void*, int, unsigned*);
   using Power = int (*)(void*, unsigned*);
   using Reasons = int (*)(void*, unsigned long long*);
-  static constexpr int kClockSm = 1;  // NVML_CLOCK_SM
+  static constexpr int kClockSm = 1, kClockMemory = 2;  // NVML_CLOCK_SM, NVML_CLOCK_MEM
   static constexpr unsigned long long kPowerCap = 0x4, kSlowdown = 0x8 | 0x20 | 0x40 | 0x80;
 
   void* library = nullptr;
@@ -27,7 +27,7 @@ struct ClockMonitor::Nvml {
   Reasons reasons = nullptr;
   void* device = nullptr;
 
-  ~Nvml() {
+  ~NvmlDevice() {
     if (shutdown) shutdown();
     if (library) dlclose(library);
   }
@@ -49,19 +49,18 @@ namespace {
 
 // NVML for the current CUDA device, found by its PCI bus id (NVML's indices need not be CUDA's),
 // or null where anything is missing.
-template <class Nvml>
-std::unique_ptr<Nvml> open_nvml() {
-  auto n = std::make_unique<Nvml>();
+std::unique_ptr<NvmlDevice> open_nvml() {
+  auto n = std::make_unique<NvmlDevice>();
   n->library = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
   if (!n->library) return nullptr;
   auto symbol = [&](const char* name) { return dlsym(n->library, name); };
-  auto init = reinterpret_cast<typename Nvml::Init>(symbol("nvmlInit_v2"));
-  auto by_bus_id = reinterpret_cast<typename Nvml::HandleByBusId>(symbol("nvmlDeviceGetHandleByPciBusId_v2"));
-  n->clock = reinterpret_cast<typename Nvml::Clock>(symbol("nvmlDeviceGetClockInfo"));
-  n->power = reinterpret_cast<typename Nvml::Power>(symbol("nvmlDeviceGetPowerUsage"));
-  n->reasons = reinterpret_cast<typename Nvml::Reasons>(symbol("nvmlDeviceGetCurrentClocksEventReasons"));
-  if (!n->reasons) n->reasons = reinterpret_cast<typename Nvml::Reasons>(symbol("nvmlDeviceGetCurrentClocksThrottleReasons"));
-  auto shutdown = reinterpret_cast<typename Nvml::Init>(symbol("nvmlShutdown"));
+  auto init = reinterpret_cast<NvmlDevice::Init>(symbol("nvmlInit_v2"));
+  auto by_bus_id = reinterpret_cast<NvmlDevice::HandleByBusId>(symbol("nvmlDeviceGetHandleByPciBusId_v2"));
+  n->clock = reinterpret_cast<NvmlDevice::Clock>(symbol("nvmlDeviceGetClockInfo"));
+  n->power = reinterpret_cast<NvmlDevice::Power>(symbol("nvmlDeviceGetPowerUsage"));
+  n->reasons = reinterpret_cast<NvmlDevice::Reasons>(symbol("nvmlDeviceGetCurrentClocksEventReasons"));
+  if (!n->reasons) n->reasons = reinterpret_cast<NvmlDevice::Reasons>(symbol("nvmlDeviceGetCurrentClocksThrottleReasons"));
+  auto shutdown = reinterpret_cast<NvmlDevice::Init>(symbol("nvmlShutdown"));
   if (!init || !by_bus_id || !n->clock || !shutdown || init() != 0) return nullptr;
   n->shutdown = shutdown;
   int device = 0;
@@ -72,11 +71,20 @@ std::unique_ptr<Nvml> open_nvml() {
     return nullptr;
   }
   unsigned mhz = 0;
-  if (n->clock(n->device, Nvml::kClockSm, &mhz) != 0) return nullptr;
+  if (n->clock(n->device, NvmlDevice::kClockSm, &mhz) != 0) return nullptr;
   return n;
 }
 
 }  // namespace
+
+CurrentClocks read_current_clocks() {
+  CurrentClocks c;
+  if (const auto nvml = open_nvml()) {
+    nvml->clock(nvml->device, NvmlDevice::kClockSm, &c.sm_mhz);
+    nvml->clock(nvml->device, NvmlDevice::kClockMemory, &c.memory_mhz);
+  }
+  return c;
+}
 
 ClockReport summarize_clock_samples(std::vector<ClockSample> samples) {
   ClockReport r;
@@ -102,7 +110,7 @@ ClockReport summarize_clock_samples(std::vector<ClockSample> samples) {
   return r;
 }
 
-ClockMonitor::ClockMonitor(int interval_us) : nvml_(open_nvml<Nvml>()), interval_us_(interval_us) {}
+ClockMonitor::ClockMonitor(int interval_us) : nvml_(open_nvml()), interval_us_(interval_us) {}
 
 ClockMonitor::~ClockMonitor() {
   if (running_) stop();

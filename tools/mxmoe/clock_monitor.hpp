@@ -29,6 +29,14 @@ struct ClockReport {
 };
 ClockReport summarize_clock_samples(std::vector<ClockSample> samples);
 
+// The current CUDA device's SM and memory clocks as NVML reads them now; 0 where NVML is not available.
+struct CurrentClocks {
+  unsigned sm_mhz = 0, memory_mhz = 0;
+};
+CurrentClocks read_current_clocks();
+
+struct NvmlDevice;  // NVML, loaded at run time, and the current CUDA device's handle in it
+
 // Samples the current CUDA device every `interval_us` on a thread of its own between start() and
 // stop(); without NVML (no driver, or another vendor's) both are no-ops and stop() reports 0 samples.
 class ClockMonitor {
@@ -43,8 +51,7 @@ class ClockMonitor {
   ClockReport stop();
 
  private:
-  struct Nvml;
-  std::unique_ptr<Nvml> nvml_;
+  std::unique_ptr<NvmlDevice> nvml_;
   int interval_us_;
   std::atomic<bool> running_{false};
   std::thread thread_;
