@@ -52,8 +52,7 @@ struct Measured {
 };
 
 template <typename Launch>
-Measured median_ms(Launch launch) {
-  ClockMonitor monitor;
+Measured median_ms(ClockMonitor& monitor, Launch launch) {
   cudaEvent_t start, stop;
   cuda_check(cudaEventCreate(&start), "cudaEventCreate");
   cuda_check(cudaEventCreate(&stop), "cudaEventCreate");
@@ -84,6 +83,7 @@ void cublas_check(cublasStatus_t status, const char* what) {
 
 Ceilings measure_ceilings() {
   Ceilings c;
+  ClockMonitor monitor;  // one NVML session for both ceilings
   int device = 0, sms = 0;
   cuda_check(cudaGetDevice(&device), "cudaGetDevice");
   cuda_check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "multiprocessor count");
@@ -92,7 +92,7 @@ Ceilings measure_ceilings() {
     cuda_check(cudaMemset(buffer.get(), 0x5A, kReadBytes), "filling the read-ceiling buffer");
     const auto* data = static_cast<const uint4*>(buffer.get());
     const size_t count = kReadBytes / 16;
-    const Measured m = median_ms([&] {
+    const Measured m = median_ms(monitor, [&] {
       stream_read_kernel<<<sms * 8, 256>>>(data, count, static_cast<unsigned*>(sink.get()));
       cuda_check(cudaGetLastError(), "read-ceiling launch");
     });
@@ -109,7 +109,7 @@ Ceilings measure_ceilings() {
     cublasHandle_t handle;
     cublas_check(cublasCreate(&handle), "cublasCreate");
     const float alpha = 1.0f, beta = 0.0f;
-    const Measured m = median_ms([&] {
+    const Measured m = median_ms(monitor, [&] {
       cublas_check(cublasGemmEx(handle, CUBLAS_OP_N, CUBLAS_OP_N, kMatmulN, kMatmulN, kMatmulN, &alpha, a.get(),
                                 CUDA_R_16BF, kMatmulN, b.get(), CUDA_R_16BF, kMatmulN, &beta, out.get(), CUDA_R_16BF,
                                 kMatmulN, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
