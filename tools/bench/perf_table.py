@@ -34,12 +34,19 @@ def clock_cell(clocks: dict | None) -> str:
     return f"{mhz} ({100 * cap:.0f} %)" if cap > 0 else mhz
 
 
+def at_clock(clocks: dict | None) -> str:
+    if not clocks or clocks.get("samples", 0) == 0:
+        return ""
+    cap = clocks.get("power_capped_fraction", 0.0)
+    return f" at {clocks['sm_clock_mhz_median']} MHz" + (f" (power cap {100 * cap:.0f} %)" if cap > 0 else "")
+
+
 def caption(bench: dict, torch: dict | None) -> str:
     c = bench["ceilings"]
     text = (f"{bench['device']['name']}, mxmoe {bench.get('git_revision', '?')}, "
             f"{bench['protocol']['layers_rotated']} layers rotated, median of {bench['protocol']['replays']} replays; "
-            f"ceilings in the same run: read {c['read_gbs']:.0f} GB/s at {clock_cell(c.get('read_clocks'))} MHz, "
-            f"bf16 {c['bf16_tflops']:.0f} TFLOP/s at {clock_cell(c.get('bf16_clocks'))} MHz")
+            f"ceilings in the same run: read {c['read_gbs']:.0f} GB/s{at_clock(c.get('read_clocks'))}, "
+            f"bf16 {c['bf16_tflops']:.0f} TFLOP/s{at_clock(c.get('bf16_clocks'))}")
     if torch:
         text += f"; torch {torch.get('torch', '?')} on {torch.get('device', '?')}"
     return text + "."
