@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Writes a copy of the kernel sources with one measurement variant applied, for
-MXMOE_KERNEL_SOURCE_DIR (docs/tactics.md): the ablations docs/perf-notes.md measures, reproducible
+MXMOE_KERNEL_SOURCE_DIR (docs/tactics.md): ablations of the kind docs/performance.md cites, reproducible
 on a GPU machine with no rebuild.
 
 Usage: scripts/kernel_variants.py VARIANT DIR     (VARIANT: one of --list)

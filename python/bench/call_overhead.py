@@ -3,7 +3,7 @@
     python python/bench/call_overhead.py [--tokens 1 8 64] [--models gpt-oss-20b gpt-oss-120b] [--json FILE]
 
 For each model and token count, over a rotation of 8 layers' weights (so that L2 does not hold the
-experts, as in ../shared/docs/BENCHMARK.md), with router logits given:
+experts, as in docs/benchmarking.md), with router logits given:
   graph C++    the extension's Runner.forward (the C++ runner, device pointers) captured in a CUDA
                graph, replays timed with CUDA events: the GPU time of the layer, as `mxmoe bench` times it
   graph torch  mxmoe.torch.MoeLayer called from PyTorch, captured the same way

@@ -16,7 +16,7 @@ import mxmoe  # noqa: E402
 import mxmoe.torch  # noqa: E402
 import oracle  # noqa: E402
 
-GPU_TOLERANCE = 1e-2  # bf16 activations (../shared/docs/BENCHMARK.md)
+GPU_TOLERANCE = 1e-2  # bf16 activations (docs/benchmarking.md, "Accuracy, beside speed")
 
 
 @pytest.fixture(scope="module")

@@ -85,8 +85,8 @@ __device__ __forceinline__ void mbarrier_wait(unsigned barrier, unsigned parity)
 }
 
 // Streamed weights: read once, so keep them out of L1. A warp reads a record's 544 contiguous bytes,
-// then the next record's, so L2 is asked to fetch whole 256-byte blocks (measured on an H100:
-// 0.3-0.7 % off the decode layer; docs/perf-notes.md, "what the stream-K warps wait on").
+// then the next record's, so L2 is asked to fetch whole 256-byte blocks (docs/performance.md, "The
+// heuristic's decisions").
 __device__ __forceinline__ uint4 load_stream_16(const void* p) {
   uint4 v;
   asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];\n"

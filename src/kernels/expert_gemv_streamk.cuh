@@ -3,9 +3,9 @@
 // for exactly one CTA per SM. The stage's units (token tile x column group x K tile) are numbered
 // column group by column group, and CTA c takes units [c U / C, (c + 1) U / C): a few whole column
 // groups, and at each end a piece of one. So every SM streams the same bytes, none waits in a last,
-// partly filled wave of CTAs, and no CTA is launched after the first (measured on an H100: CTAs in a
-// wave stay in step, the warps are latency-bound, and the last wave of a multi-wave GEMV runs at the
-// bandwidth of the CTAs it has; docs/perf-notes.md, "equal shares for one CTA per SM").
+// partly filled wave of CTAs, and no CTA is launched after the first (the CTAs of a wave stay in
+// step and their warps are latency-bound, so a multi-wave GEMV's last wave streams at the bandwidth
+// of the CTAs it has: docs/performance.md, "The heuristic's decisions").
 //
 // A column group split between CTAs: its first piece is the last of the CTA that begins it, its
 // later pieces the first of the next CTAs with a share (with fewer units than CTAs, some have
@@ -53,7 +53,7 @@ __global__ void __launch_bounds__(kColumns * 32, 1) expert_gemv_streamk_kernel(E
   // Every piece looks its tile's expert up in the tile offsets (a binary search) and then reads the
   // expert's offsets: from a copy in shared memory, made with one round trip of parallel loads,
   // where from global memory that chain is ~8 dependent L2 round trips before a CTA's first weight
-  // load (docs/perf-notes.md, "the stream-K pieces look their experts up in shared memory").
+  // load (docs/performance.md, "The heuristic's decisions").
   ExpertGemmArgs args = routing_args;
   {
     const int experts = args.num_experts;

@@ -5,8 +5,8 @@
 // after the routing), which the copy writes in the 128-byte swizzle wgmma reads, and the slice's
 // records (kTileRows / 16 of them, 544 bytes each, as stored; zeros, not read, past the expert's
 // last row, so a partial last row block reads only its rows) in one box, all completing on the
-// slot's "full" barrier (one bulk copy per record kept the producer busy ~80 clocks a record,
-// longer than the consumers' work on a slice).
+// slot's "full" barrier (one copy for all the records, so that the producer's issue time stays
+// below the consumers' work on a slice: docs/performance.md, "The heuristic's decisions").
 // kConsumerWarps / 4 consumer warpgroups each own 64 kWarpRecords weight rows: per slice a
 // consumer warp dequantises its kWarpRecords records into bf16 A fragments in registers
 // (mxfp4_fragment.cuh) and issues 4 kWarpRecords wgmma m64nNk16 with the activations as B from
@@ -25,8 +25,8 @@
 // Budget per CTA and slice: kTileRows / 16 x 544 weight bytes and up to kTileTokens x 128
 // activation bytes from L2, 2 x 64 kTileRows kTileTokens FLOPs; a 256 x 128 tile moves 24.6 KB per 4.2 MFLOP
 // (~24 bytes per SM clock at the H100's dense bf16 rate, within what the copy engine brings from
-// L2), and its dequantisation takes ~70 instructions per record per lane against 64 tensor clocks
-// per record at N = 128 (docs/perf-notes.md, "the wgmma family").
+// L2); the consumers' dequantisation instructions beside the MMAs are what bounds it at ~64 tokens
+// (docs/performance.md, "What limits each regime").
 #pragma once
 
 #include "kernels/expert_gemm.cuh"
@@ -91,9 +91,9 @@ struct WgmmaLayout {
 };
 // The step of the MMA widths a tile's main loops are made for: 8 tokens (wgmma's finest N) for the
 // tiles of at most 96 tokens, whose experts hold ~16-90 rows, where rounding up to 16 would add
-// ~4 tokens of MMA work to every tile on average (1-2.4 % of the layer at 32-80 rows per expert,
-// measured); 16 for the wider tiles, where that is under 3 % of the MMAs and each width costs a
-// main loop and epilogue of code and compile time.
+// ~4 tokens of MMA work to every tile on average; 16 for the wider tiles, where that is a small
+// share of the MMAs and each width costs a main loop and epilogue of code and compile time
+// (docs/performance.md, "The heuristic's decisions").
 template <int kTileTokens>
 constexpr int kWgmmaWidthStep = kTileTokens <= 96 ? 8 : 16;
 

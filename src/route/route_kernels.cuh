@@ -114,11 +114,10 @@ __global__ void __launch_bounds__(kSelectWarps * 32)
 }
 
 constexpr int kPermuteThreads = 1024;
-// The one CTA routes each token with one warp, so past 32 tokens a warp's tokens queue: the fused
-// launch measured 6.6 / 10.3 / 17.7 us at T = 64 / 128 / 256 on gpt-oss-20b (8.8 / 14.2 / 25.7 on
-// 120b), where the top-k launch and the permutation measured 7.9-8.3 us at T = 384-512 (9.1-10.0).
-// So batches of up to 64 tokens take the one launch, larger ones the two (docs/perf-notes.md,
-// "the routing's one-launch path").
+// The one CTA routes each token with one warp, so past 32 tokens a warp's tokens queue and the one
+// launch grows with T, where the top-k launch and the permutation cost about the same at any T: so
+// batches of up to 64 tokens take the one launch, larger ones the two (docs/performance.md, "The
+// heuristic's decisions").
 constexpr int kFusedRouteTokens = 64;
 constexpr int kFusedRoutePairs = 1024;  // and at most this many pairs (the launcher checks both)
 constexpr int kPermuteSmemBytes = 48 * 1024;

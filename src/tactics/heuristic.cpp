@@ -9,13 +9,9 @@
 namespace mxmoe {
 namespace {
 
-// The GEMV shapes with the shallow two-record pipeline held to 80 registers: for the few columns of
-// <= 4 touched experts, warps along K (FC1 2 per column; FC2, which has half FC1's rows, 4); 8
-// columns per CTA once more experts fill the SMs. Past ~12 touched experts, where those CTAs run
-// in more than one wave, the stream-K GEMV with one 24-warp CTA per SM: 8 tokens per tile up to
-// ~4 expected rows per expert, 16 up to 12 (on the H100 it leads the wgmma family's 32-token tile
-// at 12 rows, by 7 % on gpt-oss-20b and 3 % on gpt-oss-120b, and trails it at 16;
-// docs/perf-notes.md, "the heuristic's tiles against the others").
+// Decode: the GEMV with warps along K for the few columns of <= 4 touched experts, 8 columns a CTA
+// up to ~12, then the stream-K GEMV (one 24-warp CTA an SM), 8 tokens a tile up to ~4 expected rows
+// per expert and 16 up to 12. Thresholds: docs/performance.md, "The heuristic's decisions".
 const Tactic kGemvFewFc1{
     .family = "gemv", .tile_rows = 64, .tile_tokens = 8, .warps_rows = 4, .warps_k = 2, .batch_records = 2};
 const Tactic kGemvFewFc2{
@@ -25,21 +21,10 @@ const Tactic kStreamK{.family = "sk", .tile_rows = 384, .tile_tokens = 8, .warps
 const Tactic kStreamK16{.family = "sk", .tile_rows = 384, .tile_tokens = 16, .warps_rows = 24, .batch_records = 2};
 constexpr long long kStreamK16RowsExpected = 12;
 
-// On sm_90a the wgmma family past the stream-K GEMV (H100, docs/perf-notes.md, "records by one
-// tensor copy", "the heuristic's tiles against the others" and "a 144-token tile"), its token tile
-// one that the expected rows per expert fill: 32 tokens (a 7-deep ring, 1-1.5 % ahead of 6-deep at
-// 16-24 rows on gpt-oss-20b: "ring depths after the weights-first copies") below 32 rows, where it
-// beats the mma tiles by ~1.26x at 16; 64 (6-deep, 2-3 % ahead of 5-deep at 32-48 rows; four
-// consumer warpgroups of one record a warp: 4 % ahead of two of two records at 32-48 rows on
-// gpt-oss-20b, even on gpt-oss-120b; "four consumer warpgroups against two") below 64; 96 (6-deep,
-// four consumer warpgroups: 48 accumulators fit their 112 registers, where 128 tokens' 64 do not)
-// below 88, which holds the experts of ~64-80 expected rows in one tile (4-5 % ahead of the
-// 128-token tile at 64 and 80 rows on both models; "a 96-token tile"; from 88 more than one in five
-// experts would need a second); 128 (6-deep, 2-4 % ahead of 4-deep at 64 rows: "MMA widths in steps
-// of 16") below 112; 144 below 144, which holds the experts of a count above 128 in one tile (at
-// 128 expected rows 10-11 % ahead of the 128-token tile, whose second, nearly empty tiles cost ~0.4
-// of a full one); from 144 the 128-row x 256-token tile, whose m64n256 MMAs keep the tensor pipe
-// busier (1 % ahead at 144 rows, 11-14 % at 160-176).
+// On sm_90a past the stream-K GEMV, the wgmma tile whose tokens the expected rows per expert fill,
+// so that most experts take one tile; the 64- and 96-token tiles on four consumer warpgroups of one
+// record a warp (their 112 registers hold up to 96 tokens' accumulators). Thresholds and ring
+// depths: docs/performance.md, "The heuristic's decisions".
 const Tactic kWgmma32{.family = "wgmma", .tile_rows = 256, .tile_tokens = 32, .warps_rows = 8, .smem_stages = 7};
 const Tactic kWgmma64{.family = "wgmma", .tile_rows = 256, .tile_tokens = 64, .warps_rows = 16, .smem_stages = 6};
 const Tactic kWgmma96{.family = "wgmma", .tile_rows = 256, .tile_tokens = 96, .warps_rows = 16, .smem_stages = 6};

@@ -11,8 +11,8 @@
 
 namespace mxmoe {
 
-// The documented default (docs/tactics.md, which gives the thresholds and the measurements behind
-// them): by rows per expert, expected ceil(T k / E) and at worst T, the 8-token GEMV shapes while
+// The documented default (docs/tactics.md gives the thresholds; docs/performance.md, "The
+// heuristic's decisions", the measurement behind each): by rows per expert, expected ceil(T k / E) and at worst T, the 8-token GEMV shapes while
 // few rows are expected (by the number of touched experts), then the stream-K GEMV with 8 and 16
 // tokens a tile, then on sm_90a the wgmma family with the token tile the expected rows fill, and
 // elsewhere the 128-row mma tiles of row_tile_for; a GEMV-style tactic only where it is valid for

@@ -129,7 +129,7 @@ inline GpuResult run_gpu(const MoeRunner& runner, const std::vector<Bf16>& x, in
   return r;
 }
 
-constexpr double kMaxRelativeError = 1e-2;  // bf16 activations (../shared/docs/BENCHMARK.md)
+constexpr double kMaxRelativeError = 1e-2;  // bf16 activations (docs/benchmarking.md)
 
 inline std::vector<float> random_logits(int tokens, int experts, uint64_t seed) {
   SplitMix64 rng(seed);

@@ -1,5 +1,5 @@
 // The two ceilings `mxmoe bench` reports every figure against, measured in the same run on the
-// same device (../shared/docs/BENCHMARK.md): streaming-read bandwidth and the bf16 matmul rate.
+// same device (docs/benchmarking.md): streaming-read bandwidth and the bf16 matmul rate.
 #pragma once
 
 #include <string>

@@ -1,4 +1,4 @@
-// mxmoe bench: the whole MoE layer timed as ../shared/docs/BENCHMARK.md prescribes. Ceilings are
+// mxmoe bench: the whole MoE layer timed as docs/benchmarking.md describes. Ceilings are
 // measured first; then for each model, 8+ layers of distinct weights are rotated inside one CUDA
 // graph (so L2 never holds the experts being read) and the graph's replays are timed with events.
 // Bytes are counted from the routing that ran; every row is checked against the CPU reference.
@@ -54,7 +54,7 @@ constexpr CommandSpec kSpec{
     kOptions};
 
 // Against the CPU reference with the plan's activations: the GPU and the CPU compute the same
-// function, so MXFP8 rows take bf16's bound (../shared/docs/BENCHMARK.md); what MXFP8 costs is the
+// function, so MXFP8 rows take bf16's bound (docs/benchmarking.md); what MXFP8 costs is the
 // separate `cost` figure (docs/block-scaled.md).
 constexpr double kMaxRelativeError = 1e-2;
 

@@ -1,4 +1,4 @@
-// The measuring rig shared by `mxmoe bench` and `mxmoe tune` (../shared/docs/BENCHMARK.md): 8 or
+// The measuring rig shared by `mxmoe bench` and `mxmoe tune` (docs/benchmarking.md): 8 or
 // more layers of distinct synthetic weights on the device, fresh random activations and router
 // logits per layer, the whole rotation captured in one CUDA graph so that L2 never holds the
 // experts being read, replays timed with events; and the CPU-reference check of layer 0.

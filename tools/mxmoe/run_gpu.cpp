@@ -18,7 +18,7 @@ namespace {
 
 constexpr int kTimedForwards = 20;
 constexpr int kMaxCheckedTokens = 64;
-// Against the CPU reference computed with the plan's activations (../shared/docs/BENCHMARK.md's
+// Against the CPU reference computed with the plan's activations (docs/benchmarking.md's
 // 1e-2 for bf16; MXFP8 activations are the same function on both sides, so the same bound).
 constexpr double kGpuRelTolerance = 1e-2;
 
