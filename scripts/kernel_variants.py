@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SOURCE_DIRS = ("kernels", "route")  # what the library embeds (src/CMakeLists.txt)
+SOURCE_DIRS = ("kernels", "format", "device", "route")  # what the library embeds (src/CMakeLists.txt)
 WGMMA = "kernels/expert_wgmma.cuh"
 
 ZEROED_ACCUMULATORS = (

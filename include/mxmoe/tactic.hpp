@@ -13,10 +13,17 @@ namespace mxmoe {
 
 enum class Stage { kFc1, kFc2 };
 
+// One kind of expert-GEMM kernel and all the host knows of it (the library's src/kernels/
+// kernel_family.hpp); each family is one object, so a tactic's family is compared by address.
+class KernelFamily;
+
 // Each field means one thing in every family that has it; a family's names spell only its own
 // fields, and the others keep the defaults below.
 struct Tactic {
-  std::string family;      // the family's name prefix: "gemv", "sk", "ring", "fused", "mma", "wgmma", "bsmma"
+  // The kernel family, set once where the tactic is made: by parse_tactic, the tactic table and
+  // the heuristic. Its prefix begins the name: "gemv", "sk", "ring", "fused", "mma", "wgmma",
+  // "bsmma". A tactic without one (made by hand) has no name, plan or launch: those throw Error.
+  const KernelFamily* family = nullptr;
   int tile_rows = 0;       // weight rows per CTA tile: whole 16-row records
   int tile_tokens = 0;     // sorted token rows per tile (per pass of the GEMV-style families)
   int warps_rows = 1;      // warps along the weight rows
@@ -28,7 +35,7 @@ struct Tactic {
 
   int warps() const { return warps_rows * warps_tokens * warps_k; }
   // "gemv.r64x8.w4x2.u2.k1", "sk.r384x8.w24.u2.k1", "ring.r64x8.w4.s6.k1", "fused.r64x8.w4x2.u2.k1",
-  // "mma.r128x32.w4x1.s4.k1"; throws Error for a family that does not exist.
+  // "mma.r128x32.w4x1.s4.k1"; throws Error for a tactic without a family.
   std::string name() const;
   // The tactic with k_split = 1: what the compiled binary depends on (the split is a launch
   // parameter).

@@ -9,7 +9,7 @@
 #include <string>
 
 #include "device/cuda_check.hpp"
-#include "kernels/mxfp4_fragment.cuh"
+#include "format/record_layout.hpp"
 
 namespace mxmoe {
 namespace {

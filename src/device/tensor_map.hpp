@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include "kernels/expert_gemm_args.hpp"
+#include "device/tensor_map_param.hpp"
 
 namespace mxmoe {
 
@@ -16,7 +16,7 @@ namespace mxmoe {
 // when the driver refuses.
 kernels::TensorMap bf16_rows_map(const void* base, int columns, long long rows, int box_rows, const std::string& what);
 
-// The map of `experts` matrices of MXFP4 records (kernels/mxfp4_fragment.cuh), each stored row-tile
+// The map of `experts` matrices of MXFP4 records (format/record_layout.hpp), each stored row-tile
 // major, [experts][row_tiles][k_tiles] records of 544 bytes at `base`, whose copies bring
 // `box_records` consecutive row tiles' records of one K tile of one expert into shared memory as they
 // are (544 bytes apart, no swizzle), at coordinates (0, K tile, first row tile, expert). Row tiles

@@ -1,6 +1,6 @@
-// Packing to and from the kernel record layout. Both directions walk the same (lane, k-step,
-// register, half) -> (row, k) map, `element_of`, which is the fragment table of
-// kernels/mxfp4_fragment.cuh, and place a code's bits in the word with e2m1_place_code.
+// Packing to and from the kernel record layout (format/record_layout.hpp). Both directions walk the
+// same (lane, k-step, register, half) -> (row, k) map, record_element, and place a code's bits in
+// the word with e2m1_place_code.
 #include "format/mxfp4_records.hpp"
 
 #include <algorithm>
@@ -8,7 +8,7 @@
 #include <string>
 
 #include "common/parallel.hpp"
-#include "kernels/mxfp4_fragment.cuh"
+#include "format/record_layout.hpp"
 #include "mxmoe/bf16.hpp"
 #include "mxmoe/error.hpp"
 #include "mxmoe/mx_format.hpp"
@@ -18,23 +18,7 @@ namespace {
 
 using kernels::kRecordBytes;
 using kernels::kRecordValueBytes;
-
-struct Element {
-  int row;  // within the record, 0-15
-  int k;    // within the record, 0-63
-};
-
-// Element `half` of fragment register `reg` of lane `lane`'s word for k-step j (the table in
-// mxfp4_fragment.cuh).
-Element element_of(int lane, int j, int reg, int half) {
-  const int g = lane / 4, c = 2 * (lane % 4);
-  const int row = g + ((reg == 1 || reg == 3) ? 8 : 0);
-  const int col = c + ((reg >= 2) ? 8 : 0) + half;
-  return {row, 16 * j + col};
-}
-
-// Scale byte b (0-3) of quad word g: (row, which 32-block of the record).
-Element scale_of(int g, int byte) { return {g + ((byte % 2) ? 8 : 0), 32 * (byte / 2)}; }
+using kernels::RecordPlace;
 
 void check(const RecordGeometry& g, size_t blocks, size_t scales, size_t records) {
   if (g.experts < 1 || g.rows < 16 || g.rows % 16 != 0 || g.k < 32 || g.k % 32 != 0) {
@@ -72,7 +56,7 @@ void walk_records(const RecordGeometry& g, RowOrder order, Value value, Scale sc
         for (int j = 0; j < 4; ++j) {
           for (int reg = 0; reg < 4; ++reg) {
             for (int half = 0; half < 2; ++half) {
-              const Element e = element_of(lane, j, reg, half);
+              const RecordPlace e = kernels::record_element(lane, j, reg, half);
               value(record * kRecordBytes + 16 * lane + 4 * j, reg, half, element_at(e.row, 64 * kt + e.k));
             }
           }
@@ -80,7 +64,7 @@ void walk_records(const RecordGeometry& g, RowOrder order, Value value, Scale sc
       }
       for (int quad = 0; quad < 8; ++quad) {
         for (int b = 0; b < 4; ++b) {
-          const Element e = scale_of(quad, b);
+          const RecordPlace e = kernels::record_scale_element(quad, b);
           const long long element = element_at(e.row, 64 * kt + e.k);
           scale(record * kRecordBytes + kRecordValueBytes + 4 * quad + b, element < 0 ? -1 : element / kMxBlock);
         }

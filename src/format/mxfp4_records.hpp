@@ -1,5 +1,5 @@
 // Repacking checkpoint MXFP4 matrices ([experts, rows, K/32, 16] values, [experts, rows, K/32]
-// scales) into the record layout of kernels/mxfp4_fragment.cuh, and back (for round-trip tests).
+// scales) into the record layout of format/record_layout.hpp, and back (for round-trip tests).
 #pragma once
 
 #include <cstddef>

@@ -2,7 +2,7 @@
 
 #include <string>
 
-#include "kernels/mxfp8_quantize.cuh"
+#include "format/record_layout.hpp"
 #include "mxmoe/error.hpp"
 #include "mxmoe/mx_format.hpp"
 

@@ -1,4 +1,4 @@
-// MXFP8 rows in the layout the block-scaled tiles read (kernels/mxfp8_quantize.cuh): from and to
+// MXFP8 rows in the layout the block-scaled tiles read (format/record_layout.hpp): from and to
 // the plain form of quantize_mxfp8 (codes [rows][K] in K order, scales [rows][K / 32]). For the
 // first-use self-check's inputs and for tests that read what the GPU wrote.
 #pragma once

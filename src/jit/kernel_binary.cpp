@@ -23,7 +23,8 @@ std::string payload_hash(std::span<const uint8_t> payload) {
 
 CompileRequest compile_request(const Tactic& tactic, const Arch& arch) {
   // One module per tactic holds both stages: FC1 (SwiGLU epilogue) first, then FC2.
-  const KernelInstantiation k = family_of(tactic).instantiation(tactic.binary());
+  require_family(tactic, "compiling a tactic");
+  const KernelInstantiation k = tactic.family->instantiation(tactic.binary());
   return {.source = "#include \"" + k.header + "\"\n",
           .name_expressions = {k.fc1, k.fc2},
           .arch = std::string(arch.target)};
@@ -50,7 +51,7 @@ KernelBinary compile_tactic(const Tactic& tactic, const Arch& arch) {
   b.arch = std::string(arch.name);
   b.kernel_names = result.lowered_names;
   b.registers = result.registers;
-  if (const std::string why = family_of(tactic).why_unfit_binary(tactic.binary(), b.registers); !why.empty()) {
+  if (const std::string why = tactic.family->why_unfit_binary(tactic.binary(), b.registers); !why.empty()) {
     throw Error("compiling " + b.tactic + " for " + std::string(arch.name) + ": " + why);
   }
   b.cubin = std::make_shared<const std::vector<uint8_t>>(result.cubin);

@@ -16,16 +16,15 @@
 //   A (16 x 32): register r byte i = (row g + 8 (r % 2), p = 4 t + i + 16 (r / 2))
 //   B (32 x 8):  register r byte i = (p = 4 t + i + 16 r, token g)
 //   D (16 x 8):  d[i] = (row g + 8 (i / 2), token 2 t + i % 2)
-// A lane's record words (mxfp4_fragment.cuh) hold, per row and 32-K block, k = 2 t + {0, 1, 8, 9}
-// and 16 + those, so position p is given the block's k = mma_order_k(p): the A bytes come out of
-// the record word with no shuffle, and an MXFP8 token row stored in that order within each block
-// gives a lane its B registers as the two aligned words at bytes 4 t and 16 + 4 t.
+// Position p is given the block's k = mma_order_k(p) (format/record_layout.hpp says why): the A
+// bytes come out of the record word with no shuffle, and an MXFP8 row in that order gives a lane
+// its B registers as two aligned words.
 // Scales (.scale_vec::1X: one per row of A and one per token of B; the selector {byte-id,
 // thread-id} is an immediate): row m's is byte byte-id of lane 4 (m % 8) + m / 8 + 2 thread-id,
 // token n's byte byte-id of lane 4 n + thread-id. Both forms use thread-id 0 and byte-id 2 b for
 // scale block b of a 64-K record: scale A is the record's scale word moved down a byte in the lanes
 // with t = 1 (scale_a_register), scale B a token's word [s(b0), -, s(b1), -] in every lane of its
-// quad (mxfp8_quantize.cuh stores it so). That placement is taken from the ISA's block scaling
+// quad (format/record_layout.hpp, MXFP8 rows). That placement is taken from the ISA's block scaling
 // section and third-party probes on SM12x; it has not run on such a GPU here, so a runner checks
 // the SM12x form against the bf16 tiles on first use (runner/block_scaled_check.hpp).
 #pragma once
@@ -35,12 +34,6 @@
 namespace mxmoe::kernels {
 
 constexpr int kScaleBlock = 32;  // K per E8M0 scale, and per block-scaled MMA
-
-// The scale block's k at MMA position p (a permutation of 0-31 within each block).
-MXMOE_HOST_DEVICE int mma_order_k(int position) {
-  const int upper = position / 16, t = position % 16 / 4, i = position % 4;
-  return 16 * upper + 2 * t + i % 2 + 8 * (i / 2);
-}
 
 // Which lane, register and byte of the m16n8k32 fragments hold an element.
 struct FragmentByte {

@@ -7,6 +7,7 @@
 
 #include "kernels/block_scaled_family.hpp"
 #include "kernels/expert_block_scaled_tile.cuh"
+#include "kernels/family_registry.hpp"
 #include "kernels/kernel_family.hpp"
 #include "kernels/tiled_family.hpp"
 #include "mxmoe/error.hpp"
@@ -15,7 +16,7 @@ namespace mxmoe {
 namespace {
 
 Tactic bsmma(int tile_rows, int tile_tokens, int warps_rows, int warps_tokens, int stages) {
-  return tiled_tactic("bsmma", tile_rows, tile_tokens, warps_rows, warps_tokens, stages);
+  return tiled_tactic(block_scaled_tile_family(), tile_rows, tile_tokens, warps_rows, warps_tokens, stages);
 }
 
 class BlockScaledTileFamily final : public KernelFamily {

@@ -7,7 +7,7 @@
 // so a single token wastes nothing on the weight side. The accumulator tile of lane l holds
 //   acc[0], acc[1]: record row g, tokens 2 q and 2 q + 1;  acc[2], acc[3]: row g + 8, same tokens
 // with g = l / 4, q = l % 4. For FC1, record rows g and g + 8 are glu(j) and lin(j) of the same
-// output j = 8 * row_tile + g (mxfp4_fragment.cuh), so the SwiGLU is applied right here.
+// output j = 8 * row_tile + g (format/record_layout.hpp), so the SwiGLU is applied right here.
 #pragma once
 
 #include "kernels/expert_gemm_args.hpp"

@@ -2,6 +2,7 @@
 // headers, so that NVRTC compiles it as it is). bf16 tensors are raw 16-bit words.
 #pragma once
 
+#include "device/tensor_map_param.hpp"
 #include "route/route_buffers.hpp"
 
 namespace mxmoe::kernels {
@@ -40,12 +41,6 @@ struct ExpertGemmArgs {
   // (threads x tokens / 2 floats) and a flag that they are written (the routing zeroes it).
   float* stream_partials;
   int* stream_flags;
-};
-
-// A CUDA tensor map (CUtensorMap: 128 opaque bytes, 64-byte aligned) as a kernel parameter, for
-// the bulk tensor copies of the wgmma family (device/tensor_map.hpp encodes it).
-struct alignas(64) TensorMap {
-  unsigned long long words[16];
 };
 
 // The stream-K GEMV runs at most this many CTAs (one per SM); the workspace holds per stage that

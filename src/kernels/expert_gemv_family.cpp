@@ -2,13 +2,14 @@
 // records>.k<split>". Each warp streams one record column of one touched expert into registers; a
 // CTA stages its expert's <= 8 or 16 tokens once. For decode.
 #include "kernels/expert_gemv.cuh"
+#include "kernels/family_registry.hpp"
 #include "kernels/gemv_style.hpp"
 
 namespace mxmoe {
 namespace {
 
 Tactic gemv(int columns, int warps_k, int tokens, int batch_records) {
-  return {.family = "gemv",
+  return {.family = &gemv_family(),
           .tile_rows = 16 * columns,
           .tile_tokens = tokens,
           .warps_rows = columns,

@@ -2,14 +2,18 @@
 // The GEMV's work with each warp's weights streamed by bulk copies into a shared-memory ring of
 // 4-record slots instead of registers.
 #include "kernels/expert_gemv_ring.cuh"
+#include "kernels/family_registry.hpp"
 #include "kernels/gemv_style.hpp"
 
 namespace mxmoe {
 namespace {
 
 Tactic ring(int columns, int tokens, int slots) {
-  return {
-      .family = "ring", .tile_rows = 16 * columns, .tile_tokens = tokens, .warps_rows = columns, .smem_stages = slots};
+  return {.family = &gemv_ring_family(),
+          .tile_rows = 16 * columns,
+          .tile_tokens = tokens,
+          .warps_rows = columns,
+          .smem_stages = slots};
 }
 
 class RingFamily final : public KernelFamily {

@@ -4,6 +4,7 @@
 // zeroes their flags (so the family never routes a batch itself).
 #include "device/current_device.hpp"
 #include "kernels/expert_gemv_streamk.cuh"
+#include "kernels/family_registry.hpp"
 #include "kernels/gemv_style.hpp"
 #include "mxmoe/error.hpp"
 
@@ -11,7 +12,11 @@ namespace mxmoe {
 namespace {
 
 Tactic stream_k(int columns, int tokens) {
-  return {.family = "sk", .tile_rows = 16 * columns, .tile_tokens = tokens, .warps_rows = columns, .batch_records = 2};
+  return {.family = &gemv_streamk_family(),
+          .tile_rows = 16 * columns,
+          .tile_tokens = tokens,
+          .warps_rows = columns,
+          .batch_records = 2};
 }
 
 class StreamKFamily final : public KernelFamily {

@@ -3,13 +3,14 @@
 // (SwiGLU), FC2 and the weighted un-permute; its CTAs take GEMV-sized items by ticket.
 #include "device/current_device.hpp"
 #include "kernels/expert_layer_fused.cuh"
+#include "kernels/family_registry.hpp"
 #include "kernels/gemv_style.hpp"
 
 namespace mxmoe {
 namespace {
 
 Tactic fused(int columns, int warps_k, int tokens, int batch_records) {
-  return {.family = "fused",
+  return {.family = &fused_layer_family(),
           .tile_rows = 16 * columns,
           .tile_tokens = tokens,
           .warps_rows = columns,

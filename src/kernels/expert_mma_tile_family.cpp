@@ -2,6 +2,7 @@
 // tokens>.s<stages>.k<split>". A CTA computes a weight-row x token tile of one expert, both operands
 // staged through a cp.async pipeline; for tens of rows per expert and up (prefill).
 #include "kernels/expert_mma_tile.cuh"
+#include "kernels/family_registry.hpp"
 #include "kernels/kernel_family.hpp"
 #include "kernels/tiled_family.hpp"
 
@@ -9,7 +10,7 @@ namespace mxmoe {
 namespace {
 
 Tactic mma(int tile_rows, int tile_tokens, int warps_rows, int warps_tokens, int stages) {
-  return tiled_tactic("mma", tile_rows, tile_tokens, warps_rows, warps_tokens, stages);
+  return tiled_tactic(mma_tile_family(), tile_rows, tile_tokens, warps_rows, warps_tokens, stages);
 }
 
 class MmaTileFamily final : public KernelFamily {

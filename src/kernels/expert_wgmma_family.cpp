@@ -3,6 +3,7 @@
 // registers and multiply them with wgmma. sm_90a only (sm_100a has no wgmma).
 #include "device/tensor_map.hpp"
 #include "kernels/expert_wgmma.cuh"
+#include "kernels/family_registry.hpp"
 #include "kernels/kernel_family.hpp"
 
 namespace mxmoe {
@@ -19,7 +20,7 @@ int consumer_registers_needed(const Tactic& t) {
 }
 
 Tactic wgmma(int tile_rows, int tile_tokens, int consumer_warps, int stages) {
-  return {.family = "wgmma",
+  return {.family = &wgmma_family(),
           .tile_rows = tile_rows,
           .tile_tokens = tile_tokens,
           .warps_rows = consumer_warps,

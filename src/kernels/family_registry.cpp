@@ -1,12 +1,10 @@
 #include "kernels/family_registry.hpp"
 
+#include <string>
+
 #include "mxmoe/error.hpp"
 
 namespace mxmoe {
-
-// The accessors the families' units (src/kernels/<kernel>_family.cpp) define, then the list.
-const KernelFamily &gemv_ring_family(), &gemv_family(), &fused_layer_family(), &gemv_streamk_family(),
-    &mma_tile_family(), &wgmma_family(), &block_scaled_tile_family();
 
 std::span<const KernelFamily* const> kernel_families() {
   static const KernelFamily* const families[] = {&gemv_ring_family(), &gemv_family(), &fused_layer_family(),
@@ -22,12 +20,10 @@ const KernelFamily* family_by_prefix(std::string_view prefix) {
   return nullptr;
 }
 
-const KernelFamily& family_of(const Tactic& t) {
-  if (const KernelFamily* f = family_by_prefix(t.family)) return *f;
-  std::string known;
-  for (const KernelFamily* f : kernel_families())
-    known += (known.empty() ? "'" : ", '") + std::string(f->prefix()) + "'";
-  throw Error("unknown kernel family '" + t.family + "' (expected " + known + ")");
+void require_family(const Tactic& t, std::string_view what) {
+  if (t.family) return;
+  throw Error(std::string(what) + ": a tactic without a kernel family (tile " + std::to_string(t.tile_rows) + "x" +
+              std::to_string(t.tile_tokens) + "); make tactics with parse_tactic or take them from the tactic table");
 }
 
 }  // namespace mxmoe

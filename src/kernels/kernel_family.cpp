@@ -29,7 +29,7 @@ constexpr FieldName kFieldNames[] = {{&Tactic::tile_rows, "tile_rows"},     {&Ta
 }  // namespace
 
 std::string KernelFamily::why_invalid(const Tactic& t, const Arch& arch, const StageShape* shape) const {
-  if (t.family != prefix()) return "not a '" + std::string(prefix()) + "' tactic";
+  if (t.family != this) return "not a '" + std::string(prefix()) + "' tactic";
   // Fields its names do not spell keep their defaults, so that a name stands for one tactic.
   const Tactic defaults;
   const auto fields = name_fields();

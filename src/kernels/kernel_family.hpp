@@ -80,13 +80,10 @@ inline std::string why_over_shared_memory(int bytes, const Arch& arch) {
          std::to_string(arch.smem_per_block) + ")";
 }
 
-class KernelFamily;
-
 // One expert-kernel launch of a prepared plan (runner/launch_plan.hpp makes them).
 struct ExpertLaunch {
-  const KernelFamily* family = nullptr;
   Stage stage = Stage::kFc1;  // the stage whose arguments it takes (a whole-layer launch: FC1, and all)
-  Tactic tactic;
+  Tactic tactic;              // tactic.family launches it
   const void* kernel = nullptr;  // the loaded cudaKernel_t of that stage
   LaunchGeometry geometry;
   std::string what;  // "FC1 gemv.r64x8.w4x2.u2.k1 launch": names it in errors

@@ -1,40 +1,22 @@
 // Activations to MXFP8 on the GPU, by the OCP MX rules the CPU code follows
 // (include/mxmoe/mx_format.hpp, quantize_mxfp8): per 32 along K, scale = 2^(floor(log2(amax)) - 8)
 // with its E8M0 code clamped to [0, 254], elements rounded to nearest even and saturated to
-// +-448; a block holding a NaN or an infinity gets scale 255 and zero elements. The elements come
-// out in the MMA order of block_scaled_mma.cuh (position p of a block holds k = mma_order_k(p)).
+// +-448; a block holding a NaN or an infinity gets scale 255 and zero elements. The rows come out
+// in the MXFP8 row layout of format/record_layout.hpp (position p of a block holds
+// k = mma_order_k(p), the MMA order of block_scaled_mma.cuh).
 //
 // A quad of lanes holds one 32-K block, lane q the 8 values at k = 8 q .. 8 q + 7 (bf16 from the
 // layer's input, fp32 from FC1's SwiGLU). Budget per lane: 2 shuffles for the block's max, 4
 // two-element conversions (cvt.rn.satfinite.e4m3x2, sm_89+), 1 shuffle to trade half-words with
 // its pair, ~30 integer and float operations.
-//
-// MXFP8 rows, the block-scaled tiles' input (expert_block_scaled_tile.cuh): `rows` rows of K (a
-// multiple of 32) in k_tiles = ceil(K / 64) slices of 64, as
-//   codes  [rows][k_tiles][64 bytes]: each slice in lane order, the 16 bytes at 16 t holding what
-//          lane t of a quad hands the MMA: block 0's words t and t + 4, then block 1's (its two B
-//          registers per block, one 16-byte load);
-//   scales [k_tiles][rows] words, slice-major (a token tile's words of one slice are adjacent):
-//          [s(b0), 0, s(b1), 0], the token's scale-B register of block_scaled_mma.cuh as it is.
-// A slice's second block past K holds zero codes and scale code 0, so the MMA adds exact zeros.
 #pragma once
 
+#include "format/record_layout.hpp"
 #include "kernels/block_scaled_mma.cuh"
 
 namespace mxmoe::kernels {
 
 constexpr int kE4m3ElementEmax = 8;  // E4M3's largest exponent (448 = 1.75 x 2^8)
-constexpr int kMxfp8SliceBytes = 64;  // one row's 64 K of codes
-
-// Where word `word` (0-7: bytes 4 word .. of the block in MMA order) of block `block` (0, 1) of a
-// slice lies within the slice's 64 bytes.
-MXMOE_HOST_DEVICE int mxfp8_slice_word_byte(int block, int word) { return 16 * (word % 4) + 4 * (2 * block + word / 4); }
-
-// Bytes of MXFP8 rows: codes, then the scale words.
-MXMOE_HOST_DEVICE constexpr long long mxfp8_codes_bytes(long long rows, int k_tiles) { return rows * k_tiles * kMxfp8SliceBytes; }
-MXMOE_HOST_DEVICE constexpr long long mxfp8_rows_bytes(long long rows, int k) {
-  return mxfp8_codes_bytes(rows, (k + 63) / 64) + rows * ((k + 63) / 64) * 4;
-}
 
 }  // namespace mxmoe::kernels
 

@@ -15,9 +15,9 @@ inline constexpr NameField kTiledNameFields[] = {{".r", &Tactic::tile_rows},   {
                                                  {".w", &Tactic::warps_rows},  {"x", &Tactic::warps_tokens},
                                                  {".s", &Tactic::smem_stages}, {".k", &Tactic::k_split}};
 
-inline Tactic tiled_tactic(std::string family, int tile_rows, int tile_tokens, int warps_rows, int warps_tokens,
-                           int stages) {
-  return {.family = std::move(family),
+inline Tactic tiled_tactic(const KernelFamily& family, int tile_rows, int tile_tokens, int warps_rows,
+                           int warps_tokens, int stages) {
+  return {.family = &family,
           .tile_rows = tile_rows,
           .tile_tokens = tile_tokens,
           .warps_rows = warps_rows,

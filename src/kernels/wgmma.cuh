@@ -4,7 +4,7 @@
 // toolkit headers, as in device_utils.cuh.
 //
 // A warpgroup is 4 consecutive warps. m64nNk16 with A in registers: warp w of the group holds
-// rows 16 w .. 16 w + 15 of A in the m16n8k16 A fragment layout (mxfp4_fragment.cuh), and its
+// rows 16 w .. 16 w + 15 of A in the m16n8k16 A fragment layout (format/record_layout.hpp), and its
 // accumulators d[4 i .. 4 i + 3] are the m16n8 accumulator tile of columns 8 i .. 8 i + 7
 // (expert_gemm.cuh's store_accumulator_groups takes them as they are).
 #pragma once

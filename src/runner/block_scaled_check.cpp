@@ -95,7 +95,7 @@ Problem make_problem(int rows, int tokens) {
 // FC2 of `t` on the problem (its input in the form the family takes): the fp32 outputs
 // [tokens, rows].
 std::vector<float> run_fc2(const Tactic& t, const Problem& p, cudaStream_t stream) {
-  const KernelFamily& family = family_of(t);
+  const KernelFamily& family = *t.family;
   const bool mxfp8 = family.activations() == ActivationFormat::kMxfp8;
   const int rows = p.shape.hidden, e = p.shape.num_experts;
   std::vector<int> offsets{0, p.tokens}, active{0, 1}, tile_offsets, sorted_pairs(p.tokens);
@@ -137,8 +137,7 @@ std::vector<float> run_fc2(const Tactic& t, const Problem& p, cudaStream_t strea
               .stream_flags = nullptr};
   const StageShape stage{p.shape, Stage::kFc2};
   const void* kernel = expert_kernels(t).fc2;
-  const ExpertLaunch launch{.family = &family,
-                            .stage = Stage::kFc2,
+  const ExpertLaunch launch{.stage = Stage::kFc2,
                             .tactic = t,
                             .kernel = kernel,
                             .geometry = family.geometry(t, stage, p.tokens, false, kernel),

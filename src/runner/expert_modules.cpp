@@ -21,7 +21,7 @@ const ExpertKernels& expert_kernels(const Tactic& tactic) {
   int device = 0;
   cuda_check(cudaGetDevice(&device), "cudaGetDevice");
   const Tactic binary_tactic = tactic.binary();
-  const std::string variant = family_of(binary_tactic).instantiation(binary_tactic).fc2;
+  const std::string variant = binary_tactic.family->instantiation(binary_tactic).fc2;
   std::lock_guard lock(mutex);
   const auto key = std::make_tuple(device, binary_tactic.name(), variant);
   if (const auto it = loaded.find(key); it != loaded.end()) return it->second;
@@ -32,7 +32,7 @@ const ExpertKernels& expert_kernels(const Tactic& tactic) {
   cuda_check(cudaLibraryLoadData(&library, binary.cubin->data(), nullptr, nullptr, 0, nullptr, nullptr, 0),
              "loading " + binary.tactic + " for " + binary.arch);
   cudaKernel_t kernels[2];
-  const int smem_limit = family_of(binary_tactic).smem_limit(binary_tactic, *d.arch);
+  const int smem_limit = binary_tactic.family->smem_limit(binary_tactic, *d.arch);
   for (int i = 0; i < 2; ++i) {
     cuda_check(cudaLibraryGetKernel(&kernels[i], library, binary.kernel_names[i].c_str()),
                "finding " + binary.kernel_names[i]);

@@ -13,7 +13,7 @@ namespace mxmoe {
 LayerLaunch make_layer_launch(const MoeShape& shape, const Arch& arch, const LayerPlan& plan, int num_tokens,
                               bool may_route_itself) {
   validate_plan(shape, plan, arch);
-  const KernelFamily &fc1_family = family_of(plan.fc1), &fc2_family = family_of(plan.fc2);
+  const KernelFamily& fc1_family = *plan.fc1.family;
   const ExpertKernels &fc1_kernels = expert_kernels(plan.fc1), &fc2_kernels = expert_kernels(plan.fc2);
   const StageShape fc1{shape, Stage::kFc1}, fc2{shape, Stage::kFc2};
 
@@ -31,21 +31,19 @@ LayerLaunch make_layer_launch(const MoeShape& shape, const Arch& arch, const Lay
   l.plan = plan;
   l.routing_launch = !routes_itself;
   l.gather_launch = !fc1_family.whole_layer() && fc1_family.reads_sorted_input();
-  auto expert_launch = [&](const KernelFamily& family, const Tactic& t, const StageShape& stage, const void* kernel,
-                           std::string what) {
-    return ExpertLaunch{.family = &family,
-                        .stage = stage.stage,
+  auto expert_launch = [&](const Tactic& t, const StageShape& stage, const void* kernel, std::string what) {
+    return ExpertLaunch{.stage = stage.stage,
                         .tactic = t,
                         .kernel = kernel,
-                        .geometry = family.geometry(t, stage, num_tokens, routes_itself, kernel),
+                        .geometry = t.family->geometry(t, stage, num_tokens, routes_itself, kernel),
                         .what = std::move(what) + " " + t.name() + " launch"};
   };
   if (fc1_family.whole_layer()) {
-    l.expert_launches.push_back(expert_launch(fc1_family, plan.fc1, fc1, fc1_kernels.fc1, "whole layer"));
+    l.expert_launches.push_back(expert_launch(plan.fc1, fc1, fc1_kernels.fc1, "whole layer"));
     l.unpermute_launch = false;
   } else {
-    l.expert_launches.push_back(expert_launch(fc1_family, plan.fc1, fc1, fc1_kernels.fc1, "FC1"));
-    l.expert_launches.push_back(expert_launch(fc2_family, plan.fc2, fc2, fc2_kernels.fc2, "FC2"));
+    l.expert_launches.push_back(expert_launch(plan.fc1, fc1, fc1_kernels.fc1, "FC1"));
+    l.expert_launches.push_back(expert_launch(plan.fc2, fc2, fc2_kernels.fc2, "FC2"));
   }
   for (const auto& [stage, t] : {std::pair{0, &plan.fc1}, std::pair{1, &plan.fc2}}) {
     l.tile_offsets_index[stage] = kernels::tile_size_index(t->tile_tokens);

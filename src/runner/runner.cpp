@@ -91,7 +91,7 @@ struct MoeRunner::Impl {
       return true;
     }
     for (const Tactic& t : {plan.fc1, plan.fc2}) {
-      if (family_of(t).activations() == ActivationFormat::kMxfp8 && !check_block_scaled_tactic(t).passed) return false;
+      if (activations_of(t) == ActivationFormat::kMxfp8 && !check_block_scaled_tactic(t).passed) return false;
     }
     return true;
   }
@@ -323,7 +323,7 @@ void MoeRunner::Impl::run(const __nv_bfloat16* x, const kernels::RouteInput& in,
       .schedule = route.schedule,
       .scales_one_multiply = {fc1_scales_one_multiply, fc2_scales_one_multiply}};
   for (const ExpertLaunch& expert : launch.expert_launches) {
-    expert.family->launch(expert, args, stream);
+    expert.tactic.family->launch(expert, args, stream);
     // A whole-layer launch is FC1's and runs to the end: nothing follows it.
     if (last == (expert.stage == Stage::kFc1 ? ForwardPart::kFc1 : ForwardPart::kFc2)) return;
   }

@@ -12,10 +12,10 @@ LayerPlan heuristic_plan(const MoeShape& shape, int num_tokens, const Arch& arch
   if (activations == ActivationFormat::kBf16) return heuristic_plan(shape, num_tokens, arch);
   const long long pairs = static_cast<long long>(num_tokens) * shape.top_k;
   const long long rows_expected = (pairs + shape.num_experts - 1) / shape.num_experts;
-  const Tactic t = row_tile_for("bsmma", rows_expected);
+  const Tactic t = row_tile_for(block_scaled_tile_family(), rows_expected);
   for (const Stage stage : {Stage::kFc1, Stage::kFc2}) {
     const StageShape stage_shape{shape, stage};
-    if (const std::string why = family_of(t).why_invalid(t, arch, &stage_shape); !why.empty()) {
+    if (const std::string why = t.family->why_invalid(t, arch, &stage_shape); !why.empty()) {
       throw Error("no MXFP8-activation plan for " + shape.describe() + " on " + std::string(arch.name) + ": " +
                   t.name() + ": " + why);
     }

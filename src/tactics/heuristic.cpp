@@ -1,8 +1,6 @@
 #include "tactics/heuristic.hpp"
 
 #include <cmath>
-#include <string>
-#include <utility>
 
 #include "kernels/family_registry.hpp"
 
@@ -13,24 +11,33 @@ namespace {
 // up to ~12, then the stream-K GEMV (one 24-warp CTA an SM), 8 tokens a tile up to ~4 expected rows
 // per expert and 16 up to 12. Thresholds: docs/performance.md, "The heuristic's decisions".
 const Tactic kGemvFewFc1{
-    .family = "gemv", .tile_rows = 64, .tile_tokens = 8, .warps_rows = 4, .warps_k = 2, .batch_records = 2};
+    .family = &gemv_family(), .tile_rows = 64, .tile_tokens = 8, .warps_rows = 4, .warps_k = 2, .batch_records = 2};
 const Tactic kGemvFewFc2{
-    .family = "gemv", .tile_rows = 32, .tile_tokens = 8, .warps_rows = 2, .warps_k = 4, .batch_records = 2};
-const Tactic kGemvWide{.family = "gemv", .tile_rows = 128, .tile_tokens = 8, .warps_rows = 8, .batch_records = 2};
-const Tactic kStreamK{.family = "sk", .tile_rows = 384, .tile_tokens = 8, .warps_rows = 24, .batch_records = 2};
-const Tactic kStreamK16{.family = "sk", .tile_rows = 384, .tile_tokens = 16, .warps_rows = 24, .batch_records = 2};
+    .family = &gemv_family(), .tile_rows = 32, .tile_tokens = 8, .warps_rows = 2, .warps_k = 4, .batch_records = 2};
+const Tactic kGemvWide{
+    .family = &gemv_family(), .tile_rows = 128, .tile_tokens = 8, .warps_rows = 8, .batch_records = 2};
+const Tactic kStreamK{
+    .family = &gemv_streamk_family(), .tile_rows = 384, .tile_tokens = 8, .warps_rows = 24, .batch_records = 2};
+const Tactic kStreamK16{
+    .family = &gemv_streamk_family(), .tile_rows = 384, .tile_tokens = 16, .warps_rows = 24, .batch_records = 2};
 constexpr long long kStreamK16RowsExpected = 12;
 
 // On sm_90a past the stream-K GEMV, the wgmma tile whose tokens the expected rows per expert fill,
 // so that most experts take one tile; the 64- and 96-token tiles on four consumer warpgroups of one
 // record a warp (their 112 registers hold up to 96 tokens' accumulators). Thresholds and ring
 // depths: docs/performance.md, "The heuristic's decisions".
-const Tactic kWgmma32{.family = "wgmma", .tile_rows = 256, .tile_tokens = 32, .warps_rows = 8, .smem_stages = 7};
-const Tactic kWgmma64{.family = "wgmma", .tile_rows = 256, .tile_tokens = 64, .warps_rows = 16, .smem_stages = 6};
-const Tactic kWgmma96{.family = "wgmma", .tile_rows = 256, .tile_tokens = 96, .warps_rows = 16, .smem_stages = 6};
-const Tactic kWgmmaPrefill{.family = "wgmma", .tile_rows = 256, .tile_tokens = 128, .warps_rows = 8, .smem_stages = 6};
-const Tactic kWgmma144{.family = "wgmma", .tile_rows = 256, .tile_tokens = 144, .warps_rows = 8, .smem_stages = 6};
-const Tactic kWgmmaWide{.family = "wgmma", .tile_rows = 128, .tile_tokens = 256, .warps_rows = 8, .smem_stages = 4};
+const Tactic kWgmma32{
+    .family = &wgmma_family(), .tile_rows = 256, .tile_tokens = 32, .warps_rows = 8, .smem_stages = 7};
+const Tactic kWgmma64{
+    .family = &wgmma_family(), .tile_rows = 256, .tile_tokens = 64, .warps_rows = 16, .smem_stages = 6};
+const Tactic kWgmma96{
+    .family = &wgmma_family(), .tile_rows = 256, .tile_tokens = 96, .warps_rows = 16, .smem_stages = 6};
+const Tactic kWgmmaPrefill{
+    .family = &wgmma_family(), .tile_rows = 256, .tile_tokens = 128, .warps_rows = 8, .smem_stages = 6};
+const Tactic kWgmma144{
+    .family = &wgmma_family(), .tile_rows = 256, .tile_tokens = 144, .warps_rows = 8, .smem_stages = 6};
+const Tactic kWgmmaWide{
+    .family = &wgmma_family(), .tile_rows = 128, .tile_tokens = 256, .warps_rows = 8, .smem_stages = 4};
 constexpr long long kWgmma64RowsExpected = 32;
 constexpr long long kWgmma96RowsExpected = 64;
 constexpr long long kWgmmaPrefillRowsExpected = 88;
@@ -47,13 +54,13 @@ Tactic wgmma_tile(long long rows_expected) {
 
 }  // namespace
 
-Tactic row_tile_for(std::string family, long long rows_expected) {
+Tactic row_tile_for(const KernelFamily& family, long long rows_expected) {
   int tile_tokens = 16;
   while (tile_tokens < 128 && tile_tokens < rows_expected) tile_tokens *= 2;
   if (tile_tokens <= 32) {
-    return {.family = std::move(family), .tile_rows = 128, .tile_tokens = tile_tokens, .warps_rows = 4, .smem_stages = 4};
+    return {.family = &family, .tile_rows = 128, .tile_tokens = tile_tokens, .warps_rows = 4, .smem_stages = 4};
   }
-  return {.family = std::move(family),
+  return {.family = &family,
           .tile_rows = 128,
           .tile_tokens = tile_tokens,
           .warps_rows = 2,
@@ -66,8 +73,7 @@ LayerPlan heuristic_plan(const MoeShape& shape, int num_tokens, const Arch& arch
   const long long rows_expected = (pairs + shape.num_experts - 1) / shape.num_experts;
   auto fits = [&](const Tactic& t) {
     const StageShape fc1{shape, Stage::kFc1}, fc2{shape, Stage::kFc2};
-    const KernelFamily& family = family_of(t);
-    return family.why_invalid(t, arch, &fc1).empty() && family.why_invalid(t, arch, &fc2).empty();
+    return t.family->why_invalid(t, arch, &fc1).empty() && t.family->why_invalid(t, arch, &fc2).empty();
   };
   // Up to ~4 rows per expert (an expert past 8 takes a second pass over its weights, rare there).
   if (fits(kGemvWide) && (num_tokens <= kGemvWide.tile_tokens || rows_expected <= 4)) {
@@ -80,13 +86,14 @@ LayerPlan heuristic_plan(const MoeShape& shape, int num_tokens, const Arch& arch
   }
   if (fits(kStreamK16) && rows_expected <= kStreamK16RowsExpected) return {kStreamK16, kStreamK16};
   if (const Tactic wgmma = wgmma_tile(rows_expected); fits(wgmma)) return {wgmma, wgmma};
-  const Tactic mma = row_tile_for("mma", rows_expected);
+  const Tactic mma = row_tile_for(mma_tile_family(), rows_expected);
   return {mma, mma};
 }
 
 std::vector<Tactic> default_tactics() {
+  const KernelFamily& mma = mma_tile_family();
   return {kGemvFewFc1,  kGemvFewFc2,  kGemvWide,    kStreamK,     kStreamK16,
-          row_tile_for("mma", 16), row_tile_for("mma", 32), row_tile_for("mma", 64), row_tile_for("mma", 128),
+          row_tile_for(mma, 16), row_tile_for(mma, 32), row_tile_for(mma, 64), row_tile_for(mma, 128),
           kWgmma32,     kWgmma64,     kWgmma96,
           kWgmmaPrefill, kWgmma144, kWgmmaWide};
 }

@@ -2,7 +2,6 @@
 // (never from device data).
 #pragma once
 
-#include <string>
 #include <vector>
 
 #include "device/arch.hpp"
@@ -24,7 +23,7 @@ std::vector<Tactic> default_tactics();
 // The 128-row tile of the mma-shaped families ("mma", "bsmma") whose token tile is the smallest of
 // 16, 32, 64, 128 that covers `rows_expected`: 4 warps along the rows up to 32 tokens, then 2 x
 // tokens / 32.
-Tactic row_tile_for(std::string family, long long rows_expected);
+Tactic row_tile_for(const KernelFamily& family, long long rows_expected);
 
 // The plan for `activations`: the above for bf16; for MXFP8 activations, which only a caller
 // chooses (RunnerOptions::activations; their accuracy cost, docs/block-scaled.md, is the caller's

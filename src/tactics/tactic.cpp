@@ -28,9 +28,11 @@ int take_number(std::string_view& text, std::string_view separator, std::string_
 }  // namespace
 
 std::string Tactic::name() const {
-  const KernelFamily& f = family_of(*this);
-  std::string s(f.prefix());
-  for (const NameField& field : f.name_fields()) s.append(field.separator).append(std::to_string(this->*field.field));
+  require_family(*this, "naming a tactic");
+  std::string s(family->prefix());
+  for (const NameField& field : family->name_fields()) {
+    s.append(field.separator).append(std::to_string(this->*field.field));
+  }
   return s;
 }
 
@@ -51,19 +53,27 @@ Tactic parse_tactic(std::string_view name) {
     throw Error("malformed tactic '" + std::string(name) + "': expected one of " + expected);
   }
   Tactic t;
-  t.family = std::string(f->prefix());
+  t.family = f;
   std::string_view rest = name.substr(dot);
   for (const NameField& field : f->name_fields()) t.*field.field = take_number(rest, field.separator, name);
   if (!rest.empty()) throw Error("malformed tactic '" + std::string(name) + "': trailing '" + std::string(rest) + "'");
   return t;
 }
 
-ActivationFormat activations_of(const Tactic& t) { return family_of(t).activations(); }
+ActivationFormat activations_of(const Tactic& t) {
+  require_family(t, "the activations of a tactic");
+  return t.family->activations();
+}
 
-bool LayerPlan::whole_layer() const { return family_of(fc1).whole_layer(); }
+bool LayerPlan::whole_layer() const {
+  require_family(fc1, "FC1 tactic");
+  return fc1.family->whole_layer();
+}
 
 bool can_route_in_expert_kernels(const LayerPlan& plan, int num_tokens, int top_k) {
-  return family_of(plan.fc1).routes_small_batches() && family_of(plan.fc2).routes_small_batches() &&
+  require_family(plan.fc1, "FC1 tactic");
+  require_family(plan.fc2, "FC2 tactic");
+  return plan.fc1.family->routes_small_batches() && plan.fc2.family->routes_small_batches() &&
          num_tokens * top_k <= kernels::kSmallBatchPairs;
 }
 

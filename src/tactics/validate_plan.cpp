@@ -8,7 +8,9 @@
 namespace mxmoe {
 
 void validate_plan(const MoeShape& shape, const LayerPlan& plan, const Arch& arch) {
-  const KernelFamily &fc1 = family_of(plan.fc1), &fc2 = family_of(plan.fc2);
+  require_family(plan.fc1, "FC1 tactic");
+  require_family(plan.fc2, "FC2 tactic");
+  const KernelFamily &fc1 = *plan.fc1.family, &fc2 = *plan.fc2.family;
   if ((fc1.whole_layer() || fc2.whole_layer()) && !(plan.fc1 == plan.fc2 && plan.fc1.k_split == 1)) {
     throw Error("plan " + plan.fc1.name() + " + " + plan.fc2.name() +
                 ": a whole-layer tactic runs the whole layer (FC1, FC2 and the un-permute), so it must be "
@@ -20,12 +22,12 @@ void validate_plan(const MoeShape& shape, const LayerPlan& plan, const Arch& arc
     if (std::find(valid.begin(), valid.end(), tactic.binary()) == valid.end()) {
       throw Error(which + " tactic " + tactic.name() + " is not in the " + std::string(arch.name) + " tactic table");
     }
-    if (const ActivationFormat takes = family_of(tactic).activations(); takes != plan.activations) {
+    if (const ActivationFormat takes = tactic.family->activations(); takes != plan.activations) {
       throw Error(which + " tactic " + tactic.name() + " takes " + activation_format_name(takes) +
                   " activations; the plan's are " + activation_format_name(plan.activations));
     }
     const StageShape stage_shape{shape, stage};
-    if (const std::string why = family_of(tactic).why_invalid(tactic, arch, &stage_shape); !why.empty()) {
+    if (const std::string why = tactic.family->why_invalid(tactic, arch, &stage_shape); !why.empty()) {
       throw Error(which + " tactic " + tactic.name() + ": " + why);
     }
   }

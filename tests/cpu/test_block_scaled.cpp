@@ -268,9 +268,9 @@ TEST(BlockScaledCheck, TheFaultBuildIsAnotherKernel) {
   unsetenv(variable.c_str());
   EXPECT_EQ(block_scaled_step(), "mxmoe::kernels::BlockScaledStep");
   const std::string normal_key = kernel_key(t, arch_by_name("sm_120a"));
-  EXPECT_NE(family_of(t).instantiation(t).fc2.find("BlockScaledStep"), std::string::npos);
+  EXPECT_NE(t.family->instantiation(t).fc2.find("BlockScaledStep"), std::string::npos);
   setenv(variable.c_str(), std::string(kBlockScaledFaultRowScaleLanes).c_str(), 1);
-  EXPECT_NE(family_of(t).instantiation(t).fc2.find("TwinScaleLanes::kRowsOfOneLane"), std::string::npos);
+  EXPECT_NE(t.family->instantiation(t).fc2.find("TwinScaleLanes::kRowsOfOneLane"), std::string::npos);
   EXPECT_NE(kernel_key(t, arch_by_name("sm_120a")), normal_key);
   setenv(variable.c_str(), "typo", 1);
   try {

@@ -1,6 +1,7 @@
 // Rules of the source tree that code review would otherwise have to remember: the programs in
 // tools/ use the public API (include/mxmoe/), their own files, and src/tools_internal.hpp, and no
-// other library internal.
+// other library internal; format/ and device/ sit below the kernels and include none of their
+// headers (the layouts they share are format/record_layout.hpp).
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -32,6 +33,25 @@ TEST(Layout, ToolsIncludeOnlyThePublicApiAndToolsInternal) {
                            fs::exists(entry.path().parent_path() / header);
       EXPECT_TRUE(allowed) << entry.path().string() << ":" << line_number << " includes \"" << header
                            << "\"; tools reach the library's internals through src/tools_internal.hpp";
+    }
+  }
+  EXPECT_GE(files, 10);
+}
+
+TEST(Layout, FormatAndDeviceIncludeNoKernelHeader) {
+  const fs::path root = MXMOE_SOURCE_DIR;
+  const std::regex include("^#include \"kernels/([^\"]+)\"");
+  int files = 0;
+  for (const char* dir : {"src/format", "src/device"}) {
+    for (const auto& entry : fs::directory_iterator(root / dir)) {
+      ++files;
+      std::ifstream in(entry.path());
+      int line_number = 0;
+      for (std::string line; std::getline(in, line);) {
+        ++line_number;
+        EXPECT_FALSE(std::regex_search(line, include))
+            << entry.path().string() << ":" << line_number << ": " << line << "; the kernels build on format/ and device/, not the reverse";
+      }
     }
   }
   EXPECT_GE(files, 10);

@@ -11,6 +11,7 @@
 
 #include "common/random.hpp"
 #include "format/mxfp4_records.hpp"
+#include "format/record_layout.hpp"
 #include "kernels/mxfp4_fragment.cuh"
 #include "mxmoe/bf16.hpp"
 #include "mxmoe/mx_format.hpp"
@@ -56,6 +57,33 @@ struct Position {
 Position a_fragment(int lane, int index) {
   const int group = lane / 4, thread_in_group = lane % 4;
   return {group + 8 * ((index / 2) % 2), 2 * thread_in_group + (index % 2) + 8 * (index / 4)};
+}
+
+// The layout's own table is the ISA's: a lane's word j holds its A fragment of the k-step at 16 j,
+// and the quad's scale word names each of its rows' two 32-K blocks once.
+TEST(Records, ElementTableIsTheAFragmentAndScaleWordsCoverTheirQuadsRows) {
+  for (int lane = 0; lane < 32; ++lane) {
+    for (int j = 0; j < 4; ++j) {
+      for (int reg = 0; reg < 4; ++reg) {
+        for (int half = 0; half < 2; ++half) {
+          const kernels::RecordPlace e = kernels::record_element(lane, j, reg, half);
+          const Position p = a_fragment(lane, 2 * reg + half);
+          EXPECT_EQ(e.row, p.row) << lane << " " << j << " " << reg << " " << half;
+          EXPECT_EQ(e.k, 16 * j + p.col) << lane << " " << j << " " << reg << " " << half;
+        }
+      }
+    }
+  }
+  std::set<std::pair<int, int>> blocks;
+  for (int g = 0; g < 8; ++g) {
+    for (int byte = 0; byte < 4; ++byte) {
+      const kernels::RecordPlace s = kernels::record_scale_element(g, byte);
+      EXPECT_TRUE(s.row == g || s.row == g + 8) << g << " " << byte;  // the rows of quad g's lanes
+      EXPECT_EQ(s.k % kMxBlock, 0);
+      blocks.insert({s.row, s.k});
+    }
+  }
+  EXPECT_EQ(blocks.size(), static_cast<size_t>(kernels::kRecordRows * kernels::kRecordK / kMxBlock));
 }
 
 TEST_P(Records, DequantizedFragmentsAreTheMatrixTiles) {

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <set>
@@ -36,11 +37,12 @@ BrokenRule first_broken_rule(const Tactic& t, const Arch& arch) {
       {"mma", {&Tactic::warps_k, &Tactic::batch_records}},
       {"bsmma", {&Tactic::warps_k, &Tactic::batch_records}},
       {"wgmma", {&Tactic::warps_tokens, &Tactic::warps_k, &Tactic::batch_records}}};
+  const std::string family(t.family->prefix());
   const Tactic defaults;
-  for (auto field : unspelled.at(t.family)) {
+  for (auto field : unspelled.at(family)) {
     if (t.*field != defaults.*field) return {"unspelled fields keep their defaults", "default"};
   }
-  if (t.family == "wgmma") {
+  if (family == "wgmma") {
     if (arch.name != "sm_90a") return {"wgmma on sm_90a only", "sm_90a only"};
     if (t.warps_rows != 8 && t.warps_rows != 12 && t.warps_rows != 16)
       return {"2-4 consumer warpgroups", "consumer warps"};
@@ -64,18 +66,18 @@ BrokenRule first_broken_rule(const Tactic& t, const Arch& arch) {
   }
   const bool column_cta = t.tile_rows == 16 * t.warps_rows && (t.tile_tokens == 8 || t.tile_tokens == 16);
   const bool up_to_16_warps = t.warps_rows >= 1 && t.warps() <= 16;
-  if (t.family == "sk") {
+  if (family == "sk") {
     if (!column_cta) return {"a record column per warp over 8 or 16 tokens", "record column"};
     if (t.warps() > 24) return {"at most 24 warps", "warps per stream-K CTA"};
   } else if (!up_to_16_warps) {
     return {"1 to 16 warps per CTA", "warps per CTA"};
-  } else if (t.family != "mma" && t.family != "bsmma" && !column_cta) {
+  } else if (family != "mma" && family != "bsmma" && !column_cta) {
     return {"a record column per warp over 8 or 16 tokens", "record column"};
   }
-  if (t.family == "ring") {
+  if (family == "ring") {
     return t.smem_stages < 2 || t.smem_stages > 16 ? BrokenRule{"2 to 16 ring slots", "ring slots"} : BrokenRule{};
   }
-  if (t.family == "bsmma") {
+  if (family == "bsmma") {
     if (t.tile_rows % (16 * t.warps_rows) != 0) return {"whole 16-row records per warp", "16-row records"};
     if (t.tile_rows % 128 != 0) return {"FC1 quantises whole 64-K slices of FC2's input", "multiple of 128"};
     if (t.tile_tokens % (8 * t.warps_tokens) != 0) return {"whole 8-token tiles per warp", "8-token MMA tiles"};
@@ -89,7 +91,7 @@ BrokenRule first_broken_rule(const Tactic& t, const Arch& arch) {
     if (std::max(stages, epilogue) > arch.smem_per_block) return {"the arch's shared memory", "shared memory"};
     return {};
   }
-  if (t.family != "mma") {
+  if (family != "mma") {
     if (t.warps_k != 1 && t.warps_k != 2 && t.warps_k != 4) return {"1, 2 or 4 warps along K", "along K"};
     if (t.batch_records < 1 || t.batch_records > 16) return {"1 to 16 records in flight per lane", "in flight"};
     return {};
@@ -112,7 +114,7 @@ TEST(TacticTable, ValidEntriesObeyTheRulesAndInvalidOnesSayWhy) {
   for (const auto& arch : supported_archs()) {
     const auto table = tactic_table(arch.name);
     std::set<std::string> names;
-    std::map<std::string, int> valid_per_family;
+    std::map<const KernelFamily*, int> valid_per_family;
     for (const auto& e : table) {
       SCOPED_TRACE(std::string(arch.name) + " " + e.tactic.name());
       EXPECT_FALSE(e.reason.empty());
@@ -127,7 +129,7 @@ TEST(TacticTable, ValidEntriesObeyTheRulesAndInvalidOnesSayWhy) {
     for (const KernelFamily* f : kernel_families()) {
       const bool hopper_only = f->prefix() == "wgmma";  // the block-scaled family runs on all four
       if (!hopper_only || arch.name == "sm_90a") {
-        EXPECT_GE(valid_per_family[std::string(f->prefix())], 2) << arch.name;
+        EXPECT_GE(valid_per_family[f], 2) << arch.name << " " << f->prefix();
       }
     }
   }
@@ -155,7 +157,9 @@ TEST(TacticTable, TiledTacticsTileByARoutingTileSize) {
   int tiled = 0;
   for (const auto& arch : supported_archs()) {
     for (const Tactic& t : valid_tactics(arch.name)) {
-      if (t.family != "mma" && t.family != "bsmma" && t.family != "wgmma") continue;
+      if (t.family != &mma_tile_family() && t.family != &block_scaled_tile_family() && t.family != &wgmma_family()) {
+        continue;
+      }
       ++tiled;
       EXPECT_EQ(kernels::tile_size(kernels::tile_size_index(t.tile_tokens)), t.tile_tokens) << t.name();
     }
@@ -173,7 +177,9 @@ TEST(TacticTable, MutatedEntriesAreCaught) {
       {"12 tokens", [](Tactic& t) { t.tile_tokens = 12; }},
       {"64 times the warps along rows", [](Tactic& t) { t.warps_rows *= 64; }},
       {"a second warp along tokens",
-       [](Tactic& t) { t.warps_tokens = t.family == "mma" || t.family == "bsmma" ? 3 : 2; }},
+       [](Tactic& t) {
+         t.warps_tokens = t.family == &mma_tile_family() || t.family == &block_scaled_tile_family() ? 3 : 2;
+       }},
       {"three warps along K", [](Tactic& t) { t.warps_k = 3; }},
       {"no records in flight", [](Tactic& t) { t.batch_records = t.batch_records == 0 ? 1 : 0; }},
       {"one pipeline stage", [](Tactic& t) { t.smem_stages = 1; }},
@@ -182,7 +188,7 @@ TEST(TacticTable, MutatedEntriesAreCaught) {
   const Arch& sm90 = arch_by_name("sm_90a");
   int caught = 0;
   for (const Tactic& valid : valid_tactics("sm_90a")) {
-    const KernelFamily& family = family_of(valid);
+    const KernelFamily& family = *valid.family;
     for (const auto& m : mutations) {
       Tactic t = valid;
       m.apply(t);
@@ -219,6 +225,50 @@ TEST(TacticTable, ArchLimitsDecide) {
   EXPECT_THROW(tactic_table("sm_80"), Error);
 }
 
+// A tactic's family is resolved where it is made, to the registry's one object: by parse_tactic,
+// by the family whose table lists it, and by the heuristic.
+TEST(TacticNames, EveryTacticKnowsTheFamilyThatMadeIt) {
+  for (const KernelFamily* f : kernel_families()) {
+    for (const TacticCandidate& c : f->candidates()) {
+      EXPECT_EQ(c.tactic.family, f) << c.tactic.name();
+      EXPECT_EQ(parse_tactic(c.tactic.name()).family, f) << c.tactic.name();
+    }
+  }
+  for (const Tactic& t : default_tactics()) {
+    ASSERT_NE(t.family, nullptr);
+    EXPECT_EQ(family_by_prefix(t.family->prefix()), t.family) << t.name();
+  }
+  EXPECT_EQ(parse_tactic("sk.r384x8.w24.u2.k1").family, &gemv_streamk_family());
+  EXPECT_EQ(parse_tactic("bsmma.r128x32.w4x1.s4.k1").family, &block_scaled_tile_family());
+}
+
+// A tactic made by hand without a family is an Error wherever it is used, not a crash.
+TEST(TacticNames, ATacticWithoutAFamilyIsAnError) {
+  Tactic orphan = parse_tactic("gemv.r64x8.w4x1.u4.k1");
+  orphan.family = nullptr;
+  const Tactic gemv = parse_tactic("gemv.r64x8.w4x1.u4.k1");
+  const MoeShape shape = model_shape("gpt-oss-20b");
+  const Arch& sm90 = arch_by_name("sm_90a");
+  auto expect_error = [](const std::function<void()>& use, const char* what) {
+    try {
+      use();
+      ADD_FAILURE() << what << ": accepted a tactic without a family";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("without a kernel family"), std::string::npos) << what << ": " << e.what();
+    }
+  };
+  expect_error([&] { (void)orphan.name(); }, "name");
+  expect_error([&] { validate_plan(shape, {orphan, gemv}, sm90); }, "validate_plan FC1");
+  expect_error([&] { validate_plan(shape, {gemv, orphan}, sm90); }, "validate_plan FC2");
+  expect_error([&] { (void)activations_of(orphan); }, "activations_of");
+  expect_error([&] { (void)LayerPlan{orphan, orphan}.whole_layer(); }, "whole_layer");
+  expect_error([&] { (void)can_route_in_expert_kernels({gemv, orphan}, 1, 4); }, "can_route_in_expert_kernels");
+  expect_error([&] { (void)kernel_key(orphan, sm90); }, "kernel_key");
+  expect_error([&] { (void)compile_tactic(orphan, sm90); }, "compile_tactic");
+  EXPECT_EQ(gemv_family().why_invalid(orphan, sm90), "not a 'gemv' tactic");
+  EXPECT_FALSE(orphan == gemv);
+}
+
 TEST(TacticNames, ParseRejectsMalformedNames) {
   for (const char* bad : {"gemv.r64", "foo.r64.w4.u4.k1", "mma.r128x16.w4x1.s4.k1.extra", "mma.r128x16.w4.s4.k1",
                           "gemv.r64x8.w4x1.u0.k1", ""}) {
@@ -244,7 +294,7 @@ TEST(ValidatePlan, FusedTacticIsTheWholeLayer) {
   const MoeShape shape = model_shape("gpt-oss-120b");
   const Arch& sm90 = arch_by_name("sm_90a");
   const Tactic fused = parse_tactic("fused.r64x8.w4x2.u2.k1");
-  EXPECT_EQ(fused.family, "fused");
+  EXPECT_EQ(fused.family, &fused_layer_family());
   EXPECT_EQ(fused.name(), "fused.r64x8.w4x2.u2.k1");
   EXPECT_TRUE((LayerPlan{fused, fused}.whole_layer()));
   EXPECT_FALSE((LayerPlan{parse_tactic("gemv.r64x8.w4x2.u2.k1"), parse_tactic("gemv.r64x8.w4x2.u2.k1")}.whole_layer()));
@@ -344,7 +394,7 @@ TEST(Heuristic, PinnedChoices) {
 
 TEST(Heuristic, GemvMakesWayWhenItsStagingExceedsTheArch) {
   const MoeShape wide{8, 2, 8192, 1024, 1};  // FC1's 8 x 8192 activations need 128 KB
-  EXPECT_EQ(heuristic_plan(wide, 1, arch_by_name("sm_90a")).fc1.family, "gemv");
+  EXPECT_EQ(heuristic_plan(wide, 1, arch_by_name("sm_90a")).fc1.family, &gemv_family());
   EXPECT_EQ(heuristic_plan(wide, 1, arch_by_name("sm_120a")).fc1.name(), "mma.r128x16.w4x1.s4.k1");
 }
 
@@ -374,11 +424,11 @@ TEST(Heuristic, Mxfp8PlansOnlyWhenAskedAndThenBlockScaled) {
         const LayerPlan bf16 = heuristic_plan(shape, t, arch, ActivationFormat::kBf16);
         EXPECT_EQ(bf16, heuristic_plan(shape, t, arch));
         EXPECT_EQ(bf16.activations, ActivationFormat::kBf16);
-        EXPECT_NE(bf16.fc1.family, "bsmma");
+        EXPECT_NE(bf16.fc1.family, &block_scaled_tile_family());
         const LayerPlan plan = heuristic_plan(shape, t, arch, ActivationFormat::kMxfp8);
         EXPECT_EQ(plan.activations, ActivationFormat::kMxfp8);
         EXPECT_EQ(plan.fc1, plan.fc2);
-        EXPECT_EQ(plan.fc1.family, "bsmma") << arch.name << " " << model << " T=" << t;
+        EXPECT_EQ(plan.fc1.family, &block_scaled_tile_family()) << arch.name << " " << model << " T=" << t;
         EXPECT_NO_THROW(validate_plan(shape, plan, arch)) << arch.name << " " << model << " T=" << t;
       }
     }
@@ -425,13 +475,13 @@ TEST(ValidatePlan, ActivationsMustBeTheFamilies) {
 // fewer would leave them waiting forever, so such a binary is refused when it is compiled.
 TEST(TacticTable, WgmmaBinaryWithFewerRegistersThanItsLaunchAssumesIsRefused) {
   const Tactic w16 = parse_tactic("wgmma.r256x64.w16.s6.k1"), w8 = parse_tactic("wgmma.r256x64.w8.s5.k1");
-  const KernelFamily& family = family_of(w16);
+  const KernelFamily& family = *w16.family;
   EXPECT_EQ(family.why_unfit_binary(w16, std::vector<int>{96, 96}), "");
   EXPECT_EQ(family.why_unfit_binary(w8, std::vector<int>{168, 168}), "");
   EXPECT_NE(family.why_unfit_binary(w16, std::vector<int>{96, 88}).find("88 registers"), std::string::npos);
   EXPECT_NE(family.why_unfit_binary(w8, std::vector<int>{0, 168}), "");
   const Tactic mma = parse_tactic("mma.r128x64.w2x2.s3.k1");
-  EXPECT_EQ(family_of(mma).why_unfit_binary(mma, std::vector<int>{40, 40}), "");
+  EXPECT_EQ(mma.family->why_unfit_binary(mma, std::vector<int>{40, 40}), "");
 }
 
 // CI's check that the whole table builds: every valid tactic for every arch through NVRTC. It also
@@ -442,8 +492,8 @@ TEST(TacticTable, WgmmaBinaryWithFewerRegistersThanItsLaunchAssumesIsRefused) {
 // in 16 of the (tactic, arch) pairs of the gemv, sk, ring and fused families).
 TEST(TacticTable, EveryValidTacticCompilesForEveryArchWithoutSerialisedMmasOrSpilledTiles) {
   constexpr int kDecodeSpillBytes = 32;
-  auto is_tile_family = [](const std::string& family) {
-    return family == "wgmma" || family == "mma" || family == "bsmma";
+  auto is_tile_family = [](const KernelFamily* family) {
+    return family == &wgmma_family() || family == &mma_tile_family() || family == &block_scaled_tile_family();
   };
   struct Job {
     Tactic tactic;

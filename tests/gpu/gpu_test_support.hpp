@@ -18,6 +18,7 @@
 
 #include "common/random.hpp"
 #include "device/current_device.hpp"
+#include "kernels/family_registry.hpp"
 #include "mxmoe/device.hpp"
 #include "mxmoe/reference.hpp"
 #include "mxmoe/runner.hpp"
@@ -174,9 +175,9 @@ inline std::vector<std::pair<std::string, std::optional<LayerPlan>>> plans_to_te
     if (activations_of(t) != activations) continue;
     plans.emplace_back(t.name(), LayerPlan{t, t, activations});
     // no K split: a whole-layer launch's FC1 and FC2 items share it; a stream-K GEMV splits K itself
-    if (LayerPlan{t, t, activations}.whole_layer() || t.family == "sk") continue;
+    if (LayerPlan{t, t, activations}.whole_layer() || t.family == &gemv_streamk_family()) continue;
     Tactic split = t;
-    split.k_split = std::min(t.family == "gemv" ? kMaxKSplit : 2, fc2_k_tiles);
+    split.k_split = std::min(t.family == &gemv_family() ? kMaxKSplit : 2, fc2_k_tiles);
     plans.emplace_back(t.name() + "+fc2." + split.name(), LayerPlan{t, split, activations});
   }
   return plans;

@@ -18,6 +18,7 @@
 #include "format/mxfp8_rows.hpp"
 #include "gpu_test_support.hpp"
 #include "kernels/block_scaled_family.hpp"
+#include "kernels/family_registry.hpp"
 #include "kernels/mxfp8_quantize.cuh"
 #include "mxmoe/error.hpp"
 #include "mxmoe/mx_format.hpp"
@@ -144,8 +145,8 @@ TEST(GpuBlockScaledRunner, AskedForMxfp8ItPlansAndReplaysThem) {
   for (int tokens : {1, 8, 200}) {
     const LayerPlan plan = runner.plan(tokens);
     EXPECT_EQ(plan.activations, kMxfp8) << tokens;
-    EXPECT_EQ(plan.fc1.family, "bsmma") << tokens;
-    EXPECT_NE(layer.runner->plan(tokens).fc1.family, "bsmma") << "the bf16 runner at T=" << tokens;
+    EXPECT_EQ(plan.fc1.family, &block_scaled_tile_family()) << tokens;
+    EXPECT_NE(layer.runner->plan(tokens).fc1.family, &block_scaled_tile_family()) << "the bf16 runner at T=" << tokens;
 
     const std::vector<Bf16> x = make_activations(tokens, shape.hidden, 31);
     const std::vector<float> logits = random_logits(tokens, shape.num_experts, 32);
@@ -262,7 +263,7 @@ TEST(GpuBlockScaledCheck, AWrongScalePlacementFailsAndTheLayerRunsInBf16) {
   const int tokens = 20;
   const LayerPlan plan = runner.plan(tokens);
   EXPECT_EQ(plan.activations, ActivationFormat::kBf16);
-  EXPECT_NE(plan.fc1.family, "bsmma");
+  EXPECT_NE(plan.fc1.family, &block_scaled_tile_family());
   const std::vector<Bf16> x = make_activations(tokens, shape.hidden, 61);
   const std::vector<float> logits = random_logits(tokens, shape.num_experts, 62);
   expect_close(run_gpu(runner, x, tokens, &logits, nullptr).out,

@@ -48,7 +48,7 @@ int main(int argc, char** argv) try {
   for (int i = 2; i < argc; ++i) {
     const mxmoe::Arch& arch = mxmoe::arch_by_name(argv[i]);
     for (const auto& t : mxmoe::default_tactics()) {
-      if (mxmoe::family_of(t).why_invalid(t, arch).empty()) jobs.push_back({t, &arch, {}, {}});
+      if (t.family->why_invalid(t, arch).empty()) jobs.push_back({t, &arch, {}, {}});
     }
   }
   std::atomic<size_t> next{0};

@@ -58,8 +58,8 @@ struct Job {
 };
 
 struct JobFilter {
-  std::string family;        // empty: every family
-  bool default_set = false;  // only default_tactics(), the heuristic's
+  const KernelFamily* family = nullptr;  // nullptr: every family
+  bool default_set = false;              // only default_tactics(), the heuristic's
 };
 
 // The valid tactics of the archs that pass the filter.
@@ -68,7 +68,7 @@ std::vector<Job> table_jobs(const std::vector<const Arch*>& archs, const JobFilt
   std::vector<Job> jobs;
   for (const Arch* a : archs) {
     for (const Tactic& t : valid_tactics(a->name)) {
-      if (!filter.family.empty() && t.family != filter.family) continue;
+      if (filter.family && t.family != filter.family) continue;
       if (filter.default_set && std::find(defaults.begin(), defaults.end(), t) == defaults.end()) continue;
       jobs.push_back({t, a});
     }
@@ -76,7 +76,8 @@ std::vector<Job> table_jobs(const std::vector<const Arch*>& archs, const JobFilt
   if (jobs.empty()) {
     std::string names;
     for (const Arch* a : archs) names += (names.empty() ? "" : ", ") + std::string(a->name);
-    throw UsageError(names + " has no valid tactic" + (filter.family.empty() ? "" : " of family '" + filter.family + "'") +
+    throw UsageError(names + " has no valid tactic" +
+                     (filter.family ? " of family '" + std::string(filter.family->prefix()) + "'" : "") +
                      (filter.default_set ? " in the default set" : ""));
   }
   return jobs;
@@ -213,9 +214,9 @@ int cache_command(std::span<const std::string> args) {
     std::printf("%s: removed %zu entries\n", cache.dir().c_str(), cache.clear());
     return 0;
   }
-  const JobFilter filter{.family = parsed->get("family", ""), .default_set = parsed->flag("default-set")};
-  const std::string& family = filter.family;
-  if (!family.empty() && !family_by_prefix(family)) {
+  const std::string family = parsed->get("family", "");
+  const JobFilter filter{.family = family_by_prefix(family), .default_set = parsed->flag("default-set")};
+  if (!family.empty() && !filter.family) {
     std::string known;
     for (const KernelFamily* f : kernel_families()) known += (known.empty() ? "" : ", ") + std::string(f->prefix());
     throw UsageError("--family: unknown kernel family '" + family + "' (expected one of " + known + ")");
