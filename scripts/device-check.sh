@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# For a lent GPU machine: runs the steps named as arguments against a build made elsewhere
-# (./scripts/build.sh, then carry build/), writing full logs to $OUT and printing a short summary.
+# The checks that need a GPU, run against an existing build (./scripts/build.sh): the steps named
+# as arguments, in order, each writing its full log to $OUT (default /tmp/mxmoe-out), then a short
+# summary. Exits nonzero if any step failed.
+# Usage: scripts/device-check.sh [--build-dir DIR] STEP [ARGS] ...
+#   --build-dir DIR  the build to check (default: build/ of the checkout that holds this script)
 #   tests       all GPU tests (the gpu-labelled ctest suite, run as one process so that the large
 #               synthetic layers are built once); GTEST_FILTER picks some (gtest reads it)
 #   sanitizer   compute-sanitizer memcheck over a fast subset of the GPU tests
@@ -11,17 +14,23 @@
 #   tune ARGS   mxmoe tune with ARGS (up to the next step name)
 #   bench ARGS  mxmoe bench with ARGS (up to the next step name); steps may repeat: each run's output
 #               goes on the end of tune.log / bench.log, the n-th run's JSON to bench-n.json (the
-#               first's to bench.json; the device tool brings back at most 8 files)
-# ctest files hold the build machine's absolute paths, so /work/main is linked to this checkout.
-# The tests run under a time limit (MXMOE_TEST_LIMIT_S, default 300 s), so that a hang is reported
-# as one (rc 124) with the log so far, and the steps after it still run.
+#               first's to bench.json)
+# The test binary runs directly rather than through ctest, whose files hold the absolute paths of
+# the directory the build was configured in, so a build copied or moved along with its checkout
+# still runs. The tests run under a time limit (MXMOE_TEST_LIMIT_S, default 300 s), so that a hang
+# is reported as one (rc 124) with the log so far, and the steps after it still run.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+root="$(cd "$(dirname "$0")/.." && pwd)"
+build="$root/build"
+if [ "${1:-}" = --build-dir ]; then
+  [ $# -ge 2 ] || { echo "device-check: --build-dir needs a directory" >&2; exit 2; }
+  build="$(cd "$2" && pwd)" || { echo "device-check: no directory $2" >&2; exit 2; }
+  shift 2
+fi
+[ -x "$build/mxmoe" ] || { echo "device-check: no build in $build (./scripts/build.sh makes one)" >&2; exit 2; }
+cd "$root"
 out="${OUT:-/tmp/mxmoe-out}"
 mkdir -p "$out"
-if [ "$(pwd -P)" != "/work/main" ] && [ ! -e /work/main ]; then
-  mkdir -p /work && ln -s "$(pwd -P)" /work/main
-fi
 export PATH="/usr/local/cuda/bin:$PATH"
 export LD_LIBRARY_PATH="/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv > "$out/gpu.txt" 2>&1
@@ -31,21 +40,21 @@ while [ $# -gt 0 ]; do
   step="$1"; shift
   case "$step" in
     tests)
-      timeout "${MXMOE_TEST_LIMIT_S:-300}" build/tests/mxmoe_gpu_tests > "$out/gpu-tests.log" 2>&1
+      timeout "${MXMOE_TEST_LIMIT_S:-300}" "$build/tests/mxmoe_gpu_tests" > "$out/gpu-tests.log" 2>&1
       rc=$?; status=$((status | rc))
       summary+=("gpu tests: rc=$rc, $(grep -E '^\[  (PASSED|FAILED)  \]|tests? ran' "$out/gpu-tests.log" | tr '\n' ' ')")
       ;;
     sanitizer)
       filter='*odd_E5*:*GpuDequant*:*GpuLayerArguments*:*GpuEngineFormArguments*:*GpuEngineFormGraph*:*gpt_oss_20b_T1:*gpt_oss_20b_T9:*gpt_oss_120b_T5:*GpuLayerGraph*'
       filter+=':GpuBlockScaled.*:GpuMxfp8Quantize.*:GpuBlockScaledStages.*:GpuBlockScaledRouting.*:GpuBlockScaledCheck.*'
-      timeout "${MXMOE_TEST_LIMIT_S:-300}" compute-sanitizer --tool memcheck --error-exitcode 9 build/tests/mxmoe_gpu_tests --gtest_filter="$filter" \
+      timeout "${MXMOE_TEST_LIMIT_S:-300}" compute-sanitizer --tool memcheck --error-exitcode 9 "$build/tests/mxmoe_gpu_tests" --gtest_filter="$filter" \
         > "$out/sanitizer.log" 2>&1
       rc=$?; status=$((status | rc))
       summary+=("compute-sanitizer memcheck: rc=$rc, $(grep -E 'ERROR SUMMARY' "$out/sanitizer.log" | tail -1)")
       ;;
     racecheck)
       for tool in racecheck synccheck; do
-        timeout "${MXMOE_TEST_LIMIT_S:-300}" compute-sanitizer --tool "$tool" --error-exitcode 9 build/tests/mxmoe_gpu_tests \
+        timeout "${MXMOE_TEST_LIMIT_S:-300}" compute-sanitizer --tool "$tool" --error-exitcode 9 "$build/tests/mxmoe_gpu_tests" \
           --gtest_filter='Shapes/GpuLayer.*ring_E5*' > "$out/$tool.log" 2>&1
         rc=$?; status=$((status | rc))
         summary+=("compute-sanitizer $tool: rc=$rc, $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/$tool.log" | tail -1)")
@@ -56,10 +65,10 @@ while [ $# -gt 0 ]; do
       for model in gpt-oss-20b gpt-oss-120b; do
         for tokens in 1 8 64; do
           ncu --clock-control none --metrics gpu__time_duration.sum,dram__bytes_read.sum --csv --launch-skip 6 \
-            --launch-count 6 build/mxmoe run --device gpu --model "$model" --tokens "$tokens" > "$out/ncu.csv" 2>&1
+            --launch-count 6 "$build/mxmoe" run --device gpu --model "$model" --tokens "$tokens" > "$out/ncu.csv" 2>&1
           rc=$?; status=$((status | rc))
           echo "== $model T=$tokens (ncu rc=$rc)" >> "$out/profile.txt"
-          python3 scripts/ncu_summary.py "$out/ncu.csv" >> "$out/profile.txt"
+          python3 tools/measure/ncu_summary.py "$out/ncu.csv" >> "$out/profile.txt"
         done
       done
       summary+=("profile: see below")
@@ -72,7 +81,7 @@ while [ $# -gt 0 ]; do
         args+=(--json "$out/bench$([ "$bench_runs" -gt 1 ] && echo "-$bench_runs").json")
       fi
       echo "== mxmoe $step ${args[*]}" >> "$out/$step.log"
-      build/mxmoe "$step" "${args[@]}" >> "$out/$step.log" 2>&1
+      "$build/mxmoe" "$step" "${args[@]}" >> "$out/$step.log" 2>&1
       rc=$?; status=$((status | rc))
       summary+=("$step ${args[*]}: rc=$rc")
       ;;

@@ -9,8 +9,9 @@ cd "$(dirname "$0")/.."
 ctest --test-dir "${BUILD_DIR:-build}" --output-on-failure -j "$(nproc)" "$@"
 
 # The Python package, installed as a user installs it (pip install .) into a virtual environment,
-# then its tests (python/tests; those that need PyTorch and a GPU skip without them).
+# then its tests (python/tests; those that need PyTorch and a GPU skip without them) and those of the
+# measurement tools (tools/measure).
 venv="${BUILD_DIR:-build}/venv"
 [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
 "$venv/bin/python" -m pip install -q --disable-pip-version-check ".[test]"
-"$venv/bin/python" -m pytest -q python/tests
+"$venv/bin/python" -m pytest -q python/tests tools/measure

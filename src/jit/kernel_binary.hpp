@@ -38,7 +38,7 @@ struct KernelBinary {
   // No tactic the families offer has its MMAs serialised, and only the GEMV-style decode kernels
   // spill, a few words (tests/cpu/test_tactics.cpp, EveryValidTacticCompiles...).
   std::vector<std::string> assembler_warnings;
-  std::vector<int> registers;             // per thread, per kernel (FC1, FC2), as ptxas gave them
+  std::vector<int> registers;             // per thread, per kernel (FC1, FC2), from the cubin (cubin_info.hpp)
   double compile_seconds = 0.0;
   int64_t created_unix = 0;
 };

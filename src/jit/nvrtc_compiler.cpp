@@ -6,6 +6,7 @@
 #include <regex>
 #include <sstream>
 
+#include "jit/cubin_info.hpp"
 #include "jit/kernel_sources.hpp"
 #include "mxmoe/error.hpp"
 
@@ -14,7 +15,7 @@ namespace mxmoe {
 const std::vector<std::string>& nvrtc_options() {
   // -default-device: plain (constexpr) helpers shared with the host compile as device functions.
   static const std::vector<std::string> options{"-std=c++20", "-DNDEBUG", "--fmad=true", "-default-device",
-                                                "--ptxas-options=--warn-on-spills", "--ptxas-options=--verbose"};
+                                                "--ptxas-options=--warn-on-spills", "--no-cache"};
   return options;
 }
 
@@ -39,20 +40,6 @@ std::vector<AssemblerWarning> assembler_warnings(std::string_view log) {
     warnings.push_back({m[2].str(), message});
   }
   return warnings;
-}
-
-int assembler_registers(std::string_view log, std::string_view function) {
-  // ptxas info    : Compiling entry function '<name>' for 'sm_90a'
-  // ...
-  // ptxas info    : Used 168 registers, used 1 barriers
-  static const std::regex used_form(R"(Used (\d+) registers)");
-  const std::string entry = "Compiling entry function '" + std::string(function) + "'";
-  const size_t at = log.find(entry);
-  if (at == std::string_view::npos) return 0;
-  const size_t next = log.find("Compiling entry function '", at + entry.size());
-  const std::string_view section = log.substr(at, next == std::string_view::npos ? std::string_view::npos : next - at);
-  std::match_results<std::string_view::const_iterator> m;
-  return std::regex_search(section.begin(), section.end(), m, used_form) ? std::stoi(m[1].str()) : 0;
 }
 
 bool serialises_mma(std::string_view message) {
@@ -85,6 +72,7 @@ CompileResult compile_cuda(const CompileRequest& request) {
 
   std::vector<std::string> options = nvrtc_options();
   options.push_back("--gpu-architecture=" + request.arch);
+  options.insert(options.end(), request.extra_options.begin(), request.extra_options.end());
   std::vector<const char*> option_ptrs;
   for (const auto& o : options) option_ptrs.push_back(o.c_str());
 
@@ -108,10 +96,17 @@ CompileResult compile_cuda(const CompileRequest& request) {
       const char* lowered = nullptr;
       nvrtcGetLoweredName(program, name.c_str(), &lowered);
       result.lowered_names.emplace_back(lowered ? lowered : "");
-      result.registers.push_back(assembler_registers(result.log, result.lowered_names.back()));
     }
   }
   nvrtcDestroyProgram(&program);
+  if (result.ok) {
+    const std::map<std::string, int> registers = cubin_registers(result.cubin);
+    for (const std::string& name : result.lowered_names) {
+      const auto it = registers.find(name);
+      if (it == registers.end()) throw Error("the cubin NVRTC made has no register count for kernel '" + name + "'");
+      result.registers.push_back(it->second);
+    }
+  }
   return result;
 }
 

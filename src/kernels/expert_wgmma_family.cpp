@@ -78,7 +78,7 @@ class WgmmaFamily final : public KernelFamily {
     for (const int r : registers) {
       if (r != assumed) {
         return "ptxas gave a kernel " + std::to_string(r) + " registers a thread where its warpgroups' setmaxnreg " +
-               "requests assume a launch of " + std::to_string(assumed) + " (0: the log had no count)";
+               "requests assume a launch of " + std::to_string(assumed);
       }
     }
     return {};

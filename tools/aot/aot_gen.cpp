@@ -3,7 +3,9 @@
 //   aot_blob.bin   the entries, back to back
 //   aot_blob.S     embeds the blob in the library (.incbin)
 //   aot_index.cpp  key -> (offset, size) for jit/aot.cpp
-// Usage: mxmoe_aot_gen OUT_DIR [ARCH ...]   (no arch: an empty set)
+// Usage: mxmoe_aot_gen [--only TACTIC[,TACTIC...]] OUT_DIR [ARCH ...]   (no arch: an empty set)
+// --only keeps those tactics of the set (each must be in it for some arch named): a small set for
+// the tests that build it repeatedly (tests/cpu/test_kernel_cache.cpp).
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
@@ -11,6 +13,8 @@
 #include <filesystem>
 #include <fstream>
 #include <mutex>
+#include <set>
+#include <sstream>
 #include <thread>
 
 #include "tools_internal.hpp"
@@ -26,8 +30,15 @@ void write_text(const std::filesystem::path& path, const std::string& text) {
 }  // namespace
 
 int main(int argc, char** argv) try {
-  if (argc < 2) {
-    std::fprintf(stderr, "usage: mxmoe_aot_gen OUT_DIR [ARCH ...]\n");
+  std::vector<std::string> args(argv + 1, argv + argc);
+  std::set<std::string> only;
+  if (args.size() >= 2 && args[0] == "--only") {
+    std::istringstream list(args[1]);
+    for (std::string name; std::getline(list, name, ',');) only.insert(name);
+    args.erase(args.begin(), args.begin() + 2);
+  }
+  if (args.empty() || args[0].starts_with("-")) {
+    std::fprintf(stderr, "usage: mxmoe_aot_gen [--only TACTIC[,TACTIC...]] OUT_DIR [ARCH ...]\n");
     return 2;
   }
   if (const char* dir = std::getenv(mxmoe::kKernelSourceDirVariable); dir && *dir) {
@@ -36,7 +47,7 @@ int main(int argc, char** argv) try {
                  dir);
     return 1;
   }
-  const std::filesystem::path out_dir = argv[1];
+  const std::filesystem::path out_dir = args[0];
   std::filesystem::create_directories(out_dir);
   struct Job {
     mxmoe::Tactic tactic;
@@ -45,11 +56,19 @@ int main(int argc, char** argv) try {
     std::string key;
   };
   std::vector<Job> jobs;
-  for (int i = 2; i < argc; ++i) {
-    const mxmoe::Arch& arch = mxmoe::arch_by_name(argv[i]);
+  std::set<std::string> found;
+  for (size_t i = 1; i < args.size(); ++i) {
+    const mxmoe::Arch& arch = mxmoe::arch_by_name(args[i]);
     for (const auto& t : mxmoe::default_tactics()) {
-      if (t.family->why_invalid(t, arch).empty()) jobs.push_back({t, &arch, {}, {}});
+      if (!only.empty() && !only.contains(t.name())) continue;
+      if (t.family->why_invalid(t, arch).empty()) {
+        jobs.push_back({t, &arch, {}, {}});
+        found.insert(t.name());
+      }
     }
+  }
+  for (const std::string& name : only) {
+    if (!found.contains(name)) throw std::runtime_error("--only " + name + ": not in the set for the archs named");
   }
   std::atomic<size_t> next{0};
   std::vector<std::thread> workers;
@@ -63,7 +82,8 @@ int main(int argc, char** argv) try {
           const mxmoe::KernelBinary b = mxmoe::compile_tactic(jobs[j].tactic, *jobs[j].arch);
           jobs[j].entry = mxmoe::serialize_entry(b);
           jobs[j].key = b.key;
-          std::printf("aot: %s %s %.2fs %zu bytes\n", b.arch.c_str(), b.tactic.c_str(), b.compile_seconds, b.cubin->size());
+          std::printf("aot: %s %s %.2fs %zu bytes, registers FC1 %d FC2 %d\n", b.arch.c_str(), b.tactic.c_str(),
+                      b.compile_seconds, b.cubin->size(), b.registers.at(0), b.registers.at(1));
         } catch (...) {
           std::lock_guard lock(failure_mutex);
           failure = std::current_exception();

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Compares the SASS of every valid tactic between two builds of mxmoe.
 
-Usage: scripts/sass_diff.py OLD_BUILD_DIR NEW_BUILD_DIR [--arch A|all]
+Usage: tools/measure/sass_diff.py OLD_BUILD_DIR NEW_BUILD_DIR [--arch A|all]
 
 Each build's `mxmoe cache prewarm` compiles the tactics its library lacks into a scratch cache; the
 ahead-of-time set is read from its build's src/aot/aot_blob.bin. Every cubin is disassembled with

@@ -1,22 +1,23 @@
-"""The measurement variants of scripts/kernel_variants.py still apply to the kernel sources, and
-every wgmma tactic of the heuristic compiles from each (through `mxmoe cache prewarm --default-set`
-with MXMOE_KERNEL_SOURCE_DIR) with none of its MMAs serialised: a variant that ptxas serialises
-would time something else than what it names. The variants are measured on the heuristic's tiles;
-the rest of the table would triple the test's time. No GPU needed."""
+"""The measurement variants of kernel_variants.py (beside this file) still apply to the kernel
+sources, and every wgmma tactic of the heuristic compiles from each (through `mxmoe cache prewarm
+--default-set` with MXMOE_KERNEL_SOURCE_DIR) with none of its MMAs serialised: a variant that ptxas
+serialises would time something else than what it names. The variants are measured on the
+heuristic's tiles; the rest of the table would triple the test's time. No GPU needed.
+
+pytest puts this file's directory on sys.path (its default, prepend, import mode: the directory
+has no __init__.py), so kernel_variants imports as a sibling module."""
 
 from __future__ import annotations
 
 import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
+import kernel_variants
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "scripts"))
-import kernel_variants  # noqa: E402
 
 
 def cli() -> Path:

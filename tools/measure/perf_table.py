@@ -2,7 +2,7 @@
 """Prints the table of docs/performance.md from a `mxmoe bench --json` file and, optionally, a
 `python/bench/torch_grouped_gemm.py --json` file (Python 3, standard library only).
 
-    python3 tools/bench/perf_table.py BENCH_JSON [TORCH_JSON] [--tokens 1,2,4,...]
+    python3 tools/measure/perf_table.py BENCH_JSON [TORCH_JSON] [--tokens 1,2,4,...]
 
 One row per model and token count: the layer's median us, its fractions of the read ceiling and
 of the bf16 rate measured in the same run, the SM clock and power-capped share over its timed

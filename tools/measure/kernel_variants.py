@@ -3,7 +3,7 @@
 MXMOE_KERNEL_SOURCE_DIR (docs/tactics.md): ablations of the kind docs/performance.md cites, reproducible
 on a GPU machine with no rebuild.
 
-Usage: scripts/kernel_variants.py VARIANT DIR     (VARIANT: one of --list)
+Usage: tools/measure/kernel_variants.py VARIANT DIR     (VARIANT: one of --list)
 Then:  MXMOE_KERNEL_SOURCE_DIR=DIR build/mxmoe bench --plan TACTIC ...
 
 A variant is a list of exact text replacements in the sources; one whose text is no longer there
@@ -14,7 +14,7 @@ import shutil
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SOURCE_DIRS = ("kernels", "format", "device", "route")  # what the library embeds (src/CMakeLists.txt)
 WGMMA = "kernels/expert_wgmma.cuh"
 

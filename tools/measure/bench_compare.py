@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Puts `mxmoe bench --json` runs of two builds side by side.
 
-Usage: scripts/bench_compare.py OLD.json[,OLD2.json...] NEW.json[,NEW2.json...]
+Usage: tools/measure/bench_compare.py OLD.json[,OLD2.json...] NEW.json[,NEW2.json...]
 
 For each (model, T) row: every run's us per layer, each build's mean, and new / old. Runs of one
 build taken alternately with the other's in one device call show the spread of identical code.
