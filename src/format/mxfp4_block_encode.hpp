@@ -34,10 +34,11 @@ MXMOE_HOST_DEVICE uint32_t e2m1_magnitude_code(float magnitude) {
                               : 7u;
 }
 
-// Encodes values[0..31] into 16 bytes of E2M1 pairs (low nibble = even element) and returns the
-// E8M0 scale code: 255 (and zero codes) for a block holding a NaN or an infinity, 0 for an all-zero
-// block, else floor(log2(amax)) - 2 + 127 clamped to [0, 254].
-MXMOE_HOST_DEVICE uint32_t encode_mxfp4_block(const float* values, uint8_t* packed) {
+// Encodes values[0..31] into words[0..3]: the block's 16 bytes of E2M1 pairs (byte i holds
+// elements 2i, low nibble, and 2i + 1), little-endian, so element 8w + i is nibble i of word w.
+// Returns the E8M0 scale code: 255 (and zero codes) for a block holding a NaN or an infinity, 0 for
+// an all-zero block, else floor(log2(amax)) - 2 + 127 clamped to [0, 254].
+MXMOE_HOST_DEVICE uint32_t encode_mxfp4_block(const float* values, uint32_t* words) {
   bool finite = true;
   float amax = 0.0f;
   for (int i = 0; i < kMxBlock; ++i) {
@@ -45,25 +46,20 @@ MXMOE_HOST_DEVICE uint32_t encode_mxfp4_block(const float* values, uint8_t* pack
     finite = finite && magnitude <= 3.40282347e38f;  // false for infinities and NaNs
     amax = magnitude > amax ? magnitude : amax;
   }
-  if (!finite) {
-    for (int i = 0; i < kMxBlock / 2; ++i) packed[i] = 0;
-    return 255;
-  }
   // floor(log2(amax)) - 2 + 127 is amax's exponent field less 2, clamped at 0 (the top, 254, is out
   // of a finite amax's reach); a subnormal amax (field 0) and zero clamp to 0, as they must.
   const int exponent_field = static_cast<int>(float_bits(amax) >> 23);
   const uint32_t scale = static_cast<uint32_t>(exponent_field > 2 ? exponent_field - 2 : 0);
   // 2^(127 - scale): scale <= 252, so a normal float.
   const float factor = bits_float(static_cast<uint32_t>(254 - static_cast<int>(scale)) << 23);
-  for (int i = 0; i < kMxBlock; i += 2) {
-    uint32_t pair = 0;
-    for (int half = 0; half < 2; ++half) {
-      const uint32_t scaled = float_bits(values[i + half] * factor);
-      pair |= (((scaled >> 28) & 0x8u) | e2m1_magnitude_code(bits_float(scaled & 0x7FFFFFFFu))) << (4 * half);
+  for (int w = 0; w < kMxBlock / 8; ++w) {
+    words[w] = 0;
+    for (int i = 0; finite && i < 8; ++i) {
+      const uint32_t scaled = float_bits(values[8 * w + i] * factor);
+      words[w] |= (((scaled >> 28) & 0x8u) | e2m1_magnitude_code(bits_float(scaled & 0x7FFFFFFFu))) << (4 * i);
     }
-    packed[i / 2] = static_cast<uint8_t>(pair);
   }
-  return scale;
+  return finite ? scale : 255;
 }
 
 }  // namespace mxmoe::format

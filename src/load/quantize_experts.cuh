@@ -27,6 +27,7 @@ constexpr int kTileRows = 32;   // a warp's lanes, one row each
 constexpr int kTileBlocks = 4;  // one per warp
 constexpr int kTileK = kMxBlock * kTileBlocks;
 constexpr int kQuantizeThreads = 32 * kTileBlocks;
+static_assert(kTileRows == 8 * kTileBlocks, "write_quantize_item: a warp writes 8 rows, a quarter-warp a block");
 // 4 floats past a row, so that the 16-byte stores of the eight lanes of a quarter-warp (two K rows)
 // fall in different banks.
 constexpr int kStagedRowFloats = kTileRows + 4;
@@ -51,10 +52,12 @@ inline QuantizeArgs quantize_args(const void* dense, int experts, int k, int row
           .items = static_cast<long long>(experts) * row_tiles * k_tiles};
 }
 
+// The tile as floats, then its encoded blocks: block-major, so that a warp's 16-byte stores of one
+// block column and a quarter-warp's loads of eight rows of one are each contiguous.
 struct QuantizeStage {
   alignas(16) float tile[kTileK][kStagedRowFloats];
-  alignas(16) uint8_t packed[kTileRows][kTileBlocks][16];
-  uint8_t scales[kTileRows][kTileBlocks];
+  alignas(16) uint32_t packed[kTileBlocks][kTileRows][4];
+  uint8_t scales[kTileBlocks][kTileRows];
 };
 
 // Where `item`'s tile lies: its first row over all experts' rows, and its first K.
@@ -99,18 +102,21 @@ MXMOE_HOST_DEVICE void encode_quantize_item(const QuantizeArgs& a, long long ite
   if (quantize_tile(a, item).k0 + kMxBlock * warp >= a.k) return;
   float values[kMxBlock];
   for (int i = 0; i < kMxBlock; ++i) values[i] = stage.tile[kMxBlock * warp + i][lane];
-  stage.scales[lane][warp] = static_cast<uint8_t>(format::encode_mxfp4_block(values, stage.packed[lane][warp]));
+  uint32_t words[4];
+  stage.scales[warp][lane] = static_cast<uint8_t>(format::encode_mxfp4_block(values, words));
+  store16(stage.packed[warp][lane], uint4{words[0], words[1], words[2], words[3]});
 }
 
-// Thread t's part of writing the encoded tile: one block's 16 bytes and its scale.
+// Thread t's part of writing the encoded tile: one block's 16 bytes and its scale. Warp w writes
+// rows 8w to 8w + 7, each quarter-warp one block column of them.
 MXMOE_HOST_DEVICE void write_quantize_item(const QuantizeArgs& a, long long item, int t, const QuantizeStage& stage) {
   const QuantizeTile tile = quantize_tile(a, item);
-  const int row = t / kTileBlocks, b = t % kTileBlocks;
+  const int row = t / 32 * 8 + t % 8, b = t % 32 / 8;
   const int k_blocks = a.k / kMxBlock, block = tile.k0 / kMxBlock + b;
   if (block >= k_blocks) return;
   const long long at = (tile.row0 + row) * k_blocks + block;
-  store16(a.blocks + at * 16, load16(stage.packed[row][b]));
-  a.scales[at] = stage.scales[row][b];
+  store16(a.blocks + at * 16, load16(stage.packed[b][row]));
+  a.scales[at] = stage.scales[b][row];
 }
 
 }  // namespace mxmoe::load

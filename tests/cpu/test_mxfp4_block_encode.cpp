@@ -43,7 +43,7 @@ void expect_blocks_match(const std::vector<float>& values, const char* what) {
   std::vector<uint8_t> cpu_packed(values.size() / 2), cpu_scales(blocks);
   quantize_mxfp4(values, cpu_packed, cpu_scales);
   for (size_t b = 0; b < blocks; ++b) {
-    uint8_t packed[16];
+    uint32_t packed[4];  // little-endian words: the bytes in memory order on this host
     const uint32_t scale = format::encode_mxfp4_block(values.data() + b * kMxBlock, packed);
     ASSERT_EQ(scale, cpu_scales[b]) << what << " block " << b << " (kind " << b % 9 << ")";
     ASSERT_EQ(std::memcmp(packed, cpu_packed.data() + b * 16, 16), 0)
