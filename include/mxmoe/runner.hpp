@@ -1,6 +1,6 @@
-// The GPU MoE layer for a serving engine: build a runner from one layer's weights (repacked and
-// copied to the current device once, at load), size a workspace for the largest batch, then call
-// forward() on any stream. forward() allocates nothing, never synchronises and never reads device
+// The GPU MoE layer for a serving engine: build a runner from one layer's weights (copied to the
+// current device once, at load, and repacked there), size a workspace for the largest batch, then
+// call forward() on any stream. forward() allocates nothing, never synchronises and never reads device
 // memory on the host, so a whole call can be captured in a CUDA graph and replayed.
 #pragma once
 
@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "mxmoe/device_layer.hpp"
 #include "mxmoe/layer_weights.hpp"
 #include "mxmoe/mx_format.hpp"
 #include "mxmoe/tactic.hpp"
@@ -64,6 +65,10 @@ struct RunnerOptions {
   // docs/block-scaled.md) and is never chosen otherwise.
   ActivationFormat activations = ActivationFormat::kBf16;
   BlockScaledCheck block_scaled_check = BlockScaledCheck::kOnSm12x;
+  // Where the runner's weights (device_bytes()) and its load-time scratch come from; cudaMalloc
+  // where it has no callbacks. The runner releases the weights when it is destroyed, so no forward
+  // may be in flight then.
+  DeviceAllocator allocator{};
 };
 
 // One block-scaled tactic's first-use check on a device.
@@ -77,8 +82,16 @@ struct BlockScaledCheckResult {
 
 class MoeRunner {
  public:
-  // Throws Error when the weights are inconsistent or the device is out of memory.
+  // Host weights (a checkpoint's mapping, NumPy arrays, a shard): uploaded in the checkpoint layout
+  // through pinned staging and repacked on the device. Throws Error when the weights are
+  // inconsistent or an allocation fails (naming it and its bytes).
   explicit MoeRunner(const MoeLayerWeights& weights, const RunnerOptions& options = {});
+  // Tensors already on the current device (device_layer.hpp), read on tensors.stream: MXFP4
+  // experts repacked, dense ones quantised and repacked, with no host copy; the same device bytes
+  // as the host constructor gives for the same weights (dense experts: quantize_bf16_experts').
+  // Returns once the load is done. Throws Error naming a missing or mis-shaped tensor, one that is
+  // not on the current device, or a failed allocation.
+  explicit MoeRunner(const DeviceLayerTensors& tensors, const RunnerOptions& options = {});
   ~MoeRunner();
   MoeRunner(MoeRunner&&) noexcept;
   MoeRunner& operator=(MoeRunner&&) noexcept;

@@ -3,8 +3,11 @@
 
 #include <cuda_runtime.h>
 
+#include <cstdint>
 #include <string>
+#include <utility>
 
+#include "mxmoe/device_layer.hpp"
 #include "mxmoe/error.hpp"
 
 namespace mxmoe {
@@ -34,20 +37,46 @@ inline void launch_programmatic(const void* kernel, dim3 grid, dim3 block, void*
   cuda_check(cudaLaunchKernelExC(&config, kernel, args), what);
 }
 
-// One device allocation, freed on destruction.
+// One device allocation, freed on destruction: from the caller's allocator where it has callbacks,
+// else from cudaMalloc.
 class DeviceBuffer {
  public:
   DeviceBuffer() = default;
-  DeviceBuffer(size_t bytes, const std::string& what) : bytes_(bytes) {
-    cuda_check(cudaMalloc(&ptr_, bytes), what + " (" + std::to_string(bytes) + " bytes)");
+  // Throws Error naming `what` and the bytes when the allocation fails (the allocator returns null
+  // or memory that is not 256-byte aligned, cudaMalloc runs out of memory) or the allocator has one
+  // callback without the other.
+  DeviceBuffer(size_t bytes, const std::string& what, const DeviceAllocator& allocator = {})
+      : bytes_(bytes), allocator_(allocator) {
+    const std::string described = what + " (" + std::to_string(bytes) + " bytes)";
+    if (!allocator_.allocate != !allocator_.release) {
+      throw Error(described + ": the allocator has " + (allocator_.allocate ? "no release" : "no allocate") +
+                  " callback");
+    }
+    if (!allocator_.allocate) {
+      cuda_check(cudaMalloc(&ptr_, bytes), described);
+    } else if (bytes > 0) {
+      ptr_ = allocator_.allocate(bytes, allocator_.context);
+      if (!ptr_) throw Error(described + ": the allocator returned no memory");
+      if (reinterpret_cast<uintptr_t>(ptr_) % 256 != 0) {
+        allocator_.release(ptr_, bytes_, allocator_.context);
+        ptr_ = nullptr;
+        throw Error(described + ": the allocator returned memory that is not 256-byte aligned");
+      }
+    }
   }
   ~DeviceBuffer() {
-    if (ptr_) cudaFree(ptr_);
+    if (!ptr_) return;
+    if (allocator_.release) {
+      allocator_.release(ptr_, bytes_, allocator_.context);
+    } else {
+      cudaFree(ptr_);
+    }
   }
-  DeviceBuffer(DeviceBuffer&& o) noexcept : ptr_(o.ptr_), bytes_(o.bytes_) { o.ptr_ = nullptr; }
+  DeviceBuffer(DeviceBuffer&& o) noexcept : ptr_(o.ptr_), bytes_(o.bytes_), allocator_(o.allocator_) { o.ptr_ = nullptr; }
   DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
     std::swap(ptr_, o.ptr_);
     std::swap(bytes_, o.bytes_);
+    std::swap(allocator_, o.allocator_);
     return *this;
   }
   DeviceBuffer(const DeviceBuffer&) = delete;
@@ -59,6 +88,7 @@ class DeviceBuffer {
  private:
   void* ptr_ = nullptr;
   size_t bytes_ = 0;
+  DeviceAllocator allocator_;
 };
 
 }  // namespace mxmoe

@@ -1,11 +1,11 @@
-// The runner: packs a layer once, prepares the launches of every token count it meets, then on each
-// forward fills the kernels' arguments and launches them on the caller's stream.
+// The runner: loads a layer once (load/layer_loader.cpp), prepares the launches of every token count
+// it meets, then on each forward fills the kernels' arguments and launches them on the caller's
+// stream.
 #include "mxmoe/runner.hpp"
 
 #include <bit>
 #include <climits>
 #include <cstdint>
-#include <cstring>
 #include <mutex>
 #include <set>
 #include <shared_mutex>
@@ -17,6 +17,7 @@
 #include "format/mxfp4_records.hpp"
 #include "jit/kernel_cache.hpp"
 #include "kernels/family_registry.hpp"
+#include "load/layer_loader.hpp"
 #include "mxmoe/error.hpp"
 #include "runner/block_scaled_check.hpp"
 #include "runner/launch_plan.hpp"
@@ -27,18 +28,6 @@
 
 namespace mxmoe {
 namespace {
-
-size_t align256(size_t n) { return (n + 255) / 256 * 256; }
-
-std::span<const uint16_t> bits_of(const std::vector<Bf16>& v) {
-  return {reinterpret_cast<const uint16_t*>(v.data()), v.size()};
-}
-
-std::vector<float> floats_of(const std::vector<Bf16>& v) {
-  std::vector<float> out(v.size());
-  for (size_t i = 0; i < v.size(); ++i) out[i] = bf16_to_float(v[i]);
-  return out;
-}
 
 void check_aligned(const void* p, size_t alignment, const char* what) {
   if (p == nullptr) throw Error(std::string("forward: ") + what + " is null");
@@ -56,16 +45,7 @@ struct MoeRunner::Impl {
   TunedPlans tuned;
   RecordGeometry fc1_geometry, fc2_geometry;
   int routed_experts = 0;
-  // fc1 records | fc1 bias | fc2 records | fc2 bias | router weight | router bias | local experts
-  DeviceBuffer weights;
-  const unsigned char* fc1_records = nullptr;
-  const float* fc1_bias = nullptr;
-  const unsigned char* fc2_records = nullptr;
-  const float* fc2_bias = nullptr;
-  bool fc1_scales_one_multiply = false, fc2_scales_one_multiply = false;  // scales_take_one_multiply
-  const __nv_bfloat16* router_weight = nullptr;
-  const float* router_bias = nullptr;
-  const int* local_experts = nullptr;  // [R]: an expert-parallel shard's map; null for a whole layer
+  PackedLayer weights;  // its local_experts: an expert-parallel shard's map; null for a whole layer
   mutable std::shared_mutex launches_mutex;  // forward() reads the tables, prepare() rebuilds them
   // The launches of the layer form (routing from logits; a small batch may route itself) and of the
   // engine form (the caller's top-k, always permuted by the routing launch).
@@ -95,6 +75,8 @@ struct MoeRunner::Impl {
     }
     return true;
   }
+  // Everything but the weights: the shape, options, device and its tuned plans.
+  void init(const MoeShape& s, int routed, const RunnerOptions& runner_options);
   void prepare(int max_tokens) const;
   // Calls `run` with the prepared launches of `num_tokens` tokens, or with `plan`'s where a plan is
   // given that is not the prepared one; prepares up to num_tokens first where needed.
@@ -105,10 +87,10 @@ struct MoeRunner::Impl {
       throw Error("plan " + plan.fc1.name() + " + " + plan.fc2.name() +
                   ": the block-scaled family failed its first-use check on this device (see the warning)");
     }
-    return make_layer_launch(shape, *device.arch, plan, num_tokens, !given_topk && !local_experts);
+    return make_layer_launch(shape, *device.arch, plan, num_tokens, !given_topk && !weights.local_experts);
   }
   kernels::RouteInput route_input(const float* logits) const {
-    return {.logits = logits, .topk_ids = nullptr, .topk_weights = nullptr, .local_experts = local_experts,
+    return {.logits = logits, .topk_ids = nullptr, .topk_weights = nullptr, .local_experts = weights.local_experts,
             .routed_experts = routed_experts, .ids_int64 = 0};
   }
   void run(const __nv_bfloat16* x, const kernels::RouteInput& in, __nv_bfloat16* out, int num_tokens,
@@ -117,60 +99,29 @@ struct MoeRunner::Impl {
 
 MoeRunner::MoeRunner(const MoeLayerWeights& weights, const RunnerOptions& options) : impl_(std::make_unique<Impl>()) {
   weights.validate();
-  Impl& m = *impl_;
-  const MoeShape& s = weights.shape;
-  m.shape = s;
-  m.options = options;
-  m.routed_experts = weights.num_routed_experts();
-  m.device = current_device_arch();
+  impl_->init(weights.shape, weights.num_routed_experts(), options);
+  impl_->weights = load_layer(weights, options.allocator);
+}
+
+MoeRunner::MoeRunner(const DeviceLayerTensors& tensors, const RunnerOptions& options)
+    : impl_(std::make_unique<Impl>()) {
+  tensors.validate();
+  impl_->init(tensors.shape, tensors.shape.num_experts, options);
+  impl_->weights = load_layer(tensors, options.allocator);
+}
+
+void MoeRunner::Impl::init(const MoeShape& s, int routed, const RunnerOptions& runner_options) {
+  shape = s;
+  options = runner_options;
+  routed_experts = routed;
+  device = current_device_arch();
   cudaDeviceProp prop{};
-  int device = 0;
-  cuda_check(cudaGetDevice(&device), "cudaGetDevice");
-  cuda_check(cudaGetDeviceProperties(&prop, device), "cudaGetDeviceProperties");
-  m.tuned = TunedPlans::load(default_kernel_cache().dir(), prop.name, *m.device.arch, s);
-  m.fc1_geometry = {s.num_experts, s.fc1_rows(), s.hidden};
-  m.fc2_geometry = {s.num_experts, s.hidden, s.intermediate};
-
-  m.fc1_scales_one_multiply = scales_take_one_multiply(weights.fc1_scales);
-  m.fc2_scales_one_multiply = scales_take_one_multiply(weights.fc2_scales);
-  const auto fc1 = pack_records(m.fc1_geometry, RowOrder::kGluLinSplit, weights.fc1_blocks, weights.fc1_scales);
-  const auto fc1_bias = pack_row_vector(m.fc1_geometry, RowOrder::kGluLinSplit, bits_of(weights.fc1_bias));
-  const auto fc2 = pack_records(m.fc2_geometry, RowOrder::kIdentity, weights.fc2_blocks, weights.fc2_scales);
-  const auto fc2_bias = pack_row_vector(m.fc2_geometry, RowOrder::kIdentity, bits_of(weights.fc2_bias));
-  const auto router_bias = floats_of(weights.router_bias);
-  const std::vector<int32_t> local_experts = weights.global_experts.empty() ? std::vector<int32_t>{}
-                                                                             : weights.local_experts();
-
-  struct Piece {
-    const void* data;
-    size_t bytes;
-  };
-  const Piece pieces[] = {{fc1.data(), fc1.size()},
-                          {fc1_bias.data(), fc1_bias.size() * 4},
-                          {fc2.data(), fc2.size()},
-                          {fc2_bias.data(), fc2_bias.size() * 4},
-                          {weights.router_weight.data(), weights.router_weight.size() * 2},
-                          {router_bias.data(), router_bias.size() * 4},
-                          {local_experts.data(), local_experts.size() * 4}};
-  size_t total = 0;
-  for (const auto& p : pieces) total += align256(p.bytes);
-
-  m.weights = DeviceBuffer(total, "MoE layer weights (" + s.describe() + ")");
-  auto* base = static_cast<unsigned char*>(m.weights.get());
-  std::vector<unsigned char*> at;
-  size_t offset = 0;
-  for (const auto& p : pieces) {
-    at.push_back(base + offset);
-    if (p.bytes) cuda_check(cudaMemcpy(base + offset, p.data, p.bytes, cudaMemcpyHostToDevice), "copying weights to the device");
-    offset += align256(p.bytes);
-  }
-  m.fc1_records = at[0];
-  m.fc1_bias = reinterpret_cast<const float*>(at[1]);
-  m.fc2_records = at[2];
-  m.fc2_bias = reinterpret_cast<const float*>(at[3]);
-  m.router_weight = reinterpret_cast<const __nv_bfloat16*>(at[4]);
-  m.router_bias = reinterpret_cast<const float*>(at[5]);
-  if (!local_experts.empty()) m.local_experts = reinterpret_cast<const int*>(at[6]);
+  int device_index = 0;
+  cuda_check(cudaGetDevice(&device_index), "cudaGetDevice");
+  cuda_check(cudaGetDeviceProperties(&prop, device_index), "cudaGetDeviceProperties");
+  tuned = TunedPlans::load(default_kernel_cache().dir(), prop.name, *device.arch, s);
+  fc1_geometry = {s.num_experts, s.fc1_rows(), s.hidden};
+  fc2_geometry = {s.num_experts, s.hidden, s.intermediate};
 }
 
 MoeRunner::~MoeRunner() = default;
@@ -179,7 +130,7 @@ MoeRunner& MoeRunner::operator=(MoeRunner&&) noexcept = default;
 
 const MoeShape& MoeRunner::shape() const { return impl_->shape; }
 int MoeRunner::routed_experts() const { return impl_->routed_experts; }
-size_t MoeRunner::device_bytes() const { return impl_->weights.bytes(); }
+size_t MoeRunner::device_bytes() const { return impl_->weights.buffer.bytes(); }
 
 size_t MoeRunner::workspace_size(int max_tokens) const {
   if (max_tokens < 0) throw Error("workspace_size: max_tokens is negative");
@@ -274,8 +225,8 @@ void MoeRunner::Impl::run(const __nv_bfloat16* x, const kernels::RouteInput& in,
     return route.tile_offsets + launch.tile_offsets_index[stage] * (shape.num_experts + 1);
   };
   const kernels::LayerArgs args{
-      .fc1 = {.records = fc1_records,
-              .bias = fc1_bias,
+      .fc1 = {.records = weights.fc1_records,
+              .bias = weights.fc1_bias,
               .input = fc1_input,
               .sorted_pairs = route.sorted_pairs,
               .top_k = shape.top_k,
@@ -295,8 +246,8 @@ void MoeRunner::Impl::run(const __nv_bfloat16* x, const kernels::RouteInput& in,
               .route = route,
               .stream_partials = layout.stream_partials_of(workspace, 0),
               .stream_flags = layout.stream_flags_of(workspace, 0)},
-      .fc2 = {.records = fc2_records,
-              .bias = fc2_bias,
+      .fc2 = {.records = weights.fc2_records,
+              .bias = weights.fc2_bias,
               .input = activation,
               .sorted_pairs = route.sorted_pairs,
               .top_k = shape.top_k,
@@ -321,7 +272,7 @@ void MoeRunner::Impl::run(const __nv_bfloat16* x, const kernels::RouteInput& in,
       .num_tokens = num_tokens,
       .out = out,
       .schedule = route.schedule,
-      .scales_one_multiply = {fc1_scales_one_multiply, fc2_scales_one_multiply}};
+      .scales_one_multiply = {weights.fc1_scales_one_multiply, weights.fc2_scales_one_multiply}};
   for (const ExpertLaunch& expert : launch.expert_launches) {
     expert.tactic.family->launch(expert, args, stream);
     // A whole-layer launch is FC1's and runs to the end: nothing follows it.
@@ -367,8 +318,8 @@ void MoeRunner::forward(const __nv_bfloat16* x, __nv_bfloat16* out, int num_toke
   impl_->with_launch(num_tokens, plan, false, [&](const LayerLaunch& launch) {
     auto* logits = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace) +
                                             WorkspaceLayout::of(impl_->shape, impl_->routed_experts, num_tokens).logits);
-    launch_router_logits(x, impl_->router_weight, impl_->router_bias, logits, num_tokens, impl_->routed_experts,
-                         impl_->shape.hidden, stream);
+    launch_router_logits(x, impl_->weights.router_weight, impl_->weights.router_bias, logits, num_tokens,
+                         impl_->routed_experts, impl_->shape.hidden, stream);
     impl_->run(x, impl_->route_input(logits), out, num_tokens, workspace, stream, launch);
   });
 }
@@ -383,7 +334,7 @@ void MoeRunner::forward_experts(const __nv_bfloat16* x, const GivenTopK& topk, _
   const kernels::RouteInput in{.logits = nullptr,
                                .topk_ids = topk.ids,
                                .topk_weights = topk.weights,
-                               .local_experts = impl_->local_experts,
+                               .local_experts = impl_->weights.local_experts,
                                .routed_experts = impl_->routed_experts,
                                .ids_int64 = topk.ids_int64 ? 1 : 0};
   impl_->with_launch(num_tokens, plan, true, [&](const LayerLaunch& launch) {
