@@ -155,7 +155,7 @@ def drop_page_cache(directory: Path) -> None:
 
 
 def checkpoint_layer_seconds(directory: Path, layers: int) -> float:
-    """Median seconds per layer of load_checkpoint + MoeLayer over the checkpoint's layers."""
+    """Median seconds per layer of load_checkpoint + MoeLayer over the checkpoint's first `layers` layers."""
     times = []
     for layer in range(layers):
         start = time.perf_counter()
@@ -204,6 +204,7 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=8, help="layers of the synthetic checkpoints")
     parser.add_argument("--dir", default="/tmp/mxmoe-load-bench", help="where the checkpoints are written")
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--per-layer", type=int, default=3, help="layers timed one by one from the checkpoint")
     parser.add_argument("--host-baseline", action="store_true", help="also time the host quantiser path")
     parser.add_argument("--json", help="write the rows here")
     parser.add_argument("--child-load", help=argparse.SUPPRESS)
@@ -232,10 +233,11 @@ def main() -> None:
 
         directory = Path(args.dir) / f"{model}-{args.layers}"
         row["checkpoint_layer_gb"] = write_checkpoint(directory, model, args.layers) / 1e9
-        checkpoint_layer_seconds(directory, 1)  # the files' first read: the page cache fills
-        row["checkpoint_warm_s"] = checkpoint_layer_seconds(directory, args.layers)
+        per_layer = min(args.per_layer, args.layers)
+        checkpoint_layer_seconds(directory, per_layer)  # the files' first read: the page cache fills
+        row["checkpoint_warm_s"] = checkpoint_layer_seconds(directory, per_layer)
         drop_page_cache(directory)
-        row["checkpoint_cold_s"] = checkpoint_layer_seconds(directory, args.layers)
+        row["checkpoint_cold_s"] = checkpoint_layer_seconds(directory, per_layer)
         row["model_warm"] = whole_model(directory, cold=False)
         row["model_cold"] = whole_model(directory, cold=True)
         rows.append(row)
