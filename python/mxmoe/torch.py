@@ -20,6 +20,7 @@ workspace of each call, which a graph capture takes from its own pool.
 from __future__ import annotations
 
 import itertools
+import sys
 import weakref
 from collections.abc import Mapping
 from typing import Any, Optional
@@ -62,8 +63,9 @@ class MoeLayer(torch.nn.Module):
         (Hugging Face or openai MXFP4 blocks and scales, or transformers' dense experts
         gate_up_proj [E, H, 2I] and down_proj [E, I, H]), built on their device with no copy through the
         host: MXFP4 experts are repacked there, dense ones (bf16 or float32; float16 is widened to
-        float32) quantised to MXFP4 there, bit for bit as weights_from_tensors quantises the same bf16
-        values on the host. Router weights and biases may be bf16, float32 or float16 (widened); the
+        float32) quantised to MXFP4 there from their own values, bit for bit as weights_from_tensors
+        quantises the same values on the host where they are bf16 values (it rounds others to bf16
+        first). Router weights and biases may be bf16, float32 or float16 (widened); the
         layer keeps the router weight in bf16 (rounded to nearest even) and the biases in float32
         (exactly, where weights_from_tensors rounds them to bf16). A tensor that is not contiguous is
         copied. The load runs on PyTorch's current stream and has finished when this returns, so the
@@ -94,11 +96,13 @@ class MoeLayer(torch.nn.Module):
         try:
             self._runner = make_runner(self._memory)
         except mxmoe.Error as e:
+            # A failed allocation: PyTorch's out-of-memory error stays one (engines catch it), with
+            # mxmoe's message naming the layer, the allocation and its bytes.
             cause = self._memory.error
             if isinstance(cause, torch.cuda.OutOfMemoryError):
-                raise torch.cuda.OutOfMemoryError(f"mxmoe: {e}") from cause
+                raise torch.cuda.OutOfMemoryError(f"mxmoe: {e}: {cause}") from cause
             if cause is not None:
-                raise mxmoe.Error(str(e)) from cause
+                raise mxmoe.Error(f"{e}: {type(cause).__name__}: {cause}") from cause
             raise
         self._freed = False  # a Python flag, which torch.compile can trace (the extension's objects it cannot)
         self._handle = next(_HANDLES)
@@ -203,13 +207,11 @@ class _TorchMemory:
 
     def release(self, address: int) -> None:
         t = self._held.pop(address, None)
-        if t is None:
-            return
         # The device may still be reading the memory from another stream than the one torch would
-        # next hand it out on: wait for it, as cudaFree does (not inside a capture, which a sync breaks).
-        if not torch.cuda.is_current_stream_capturing():
+        # next hand it out on: wait for it, as cudaFree does (not inside a capture, which a sync
+        # breaks, nor at exit).
+        if t is not None and not sys.is_finalizing() and not torch.cuda.is_current_stream_capturing():
             torch.cuda.synchronize(self.device)
-        del t
 
 
 # The extension's names of a device tensor's dtypes, and where each tensor of from_tensors goes.
