@@ -61,15 +61,15 @@ class MoeLayer(torch.nn.Module):
     def from_tensors(cls, tensors: Mapping[str, Any], *, top_k: int = 4, max_tokens: int | None = None) -> MoeLayer:
         """One layer from its tensors on a CUDA device, by the names mxmoe.weights_from_tensors takes
         (Hugging Face or openai MXFP4 blocks and scales, or transformers' dense experts
-        gate_up_proj [E, H, 2I] and down_proj [E, I, H]), built on their device with no copy through the
-        host: MXFP4 experts are repacked there, dense ones (bf16 or float32; float16 is widened to
+        gate_up_proj [E, H, 2I] and down_proj [E, I, H]), built on their device with no copy through
+        the host: MXFP4 experts are repacked there, dense ones (bf16 or float32; float16 is widened to
         float32) quantised to MXFP4 there from their own values, bit for bit as weights_from_tensors
         quantises the same values on the host where they are bf16 values (it rounds others to bf16
-        first). Router weights and biases may be bf16, float32 or float16 (widened); the
-        layer keeps the router weight in bf16 (rounded to nearest even) and the biases in float32
-        (exactly, where weights_from_tensors rounds them to bf16). A tensor that is not contiguous is
-        copied. The load runs on PyTorch's current stream and has finished when this returns, so the
-        tensors may be freed or changed after."""
+        first). Router weights and biases may be bf16, float32 or float16 (widened); the layer keeps
+        the router weight in bf16 (rounded to nearest even) and the biases in float32 (exactly, where
+        weights_from_tensors rounds them to bf16). A tensor that is not contiguous, or not 16-byte
+        aligned, is copied. The load runs on PyTorch's current stream and has finished when this
+        returns, so the tensors may be freed or changed after."""
         mxmoe._check_int("top_k", top_k)
         if not isinstance(tensors, Mapping):
             raise TypeError(f"tensors: expected a mapping of names to CUDA tensors, got {type(tensors).__name__}")
@@ -272,7 +272,10 @@ def _device_tensors(tensors: Mapping[str, Any], top_k: int):
         t = t.detach()
         if t.dtype == torch.float16:
             t = t.float()
-        members[_DENSE_MEMBERS[key] if dense else key] = t.contiguous()
+        t = t.contiguous()
+        if t.data_ptr() % 16:  # a view into another tensor: the runner reads 16-byte words
+            t = t.clone()
+        members[_DENSE_MEMBERS[key] if dense else key] = t
     mxmoe._check_top_k(top_k, e)
     return mxmoe.Shape(int(e), top_k, int(h), int(rows1) // 2), device, members
 

@@ -143,7 +143,8 @@ auto cpu_experts(const Weights& weights, const Bf16Array<2>& x, const HostArray<
 // reported as unraisable and the memory left to the allocator.
 class PyAllocator {
  public:
-  PyAllocator(nb::callable allocate, nb::callable release) : allocate_(std::move(allocate)), release_(std::move(release)) {}
+  PyAllocator(nb::callable allocate, nb::callable release)
+      : allocate_(std::move(allocate)), release_(std::move(release)) {}
   ~PyAllocator() {
     if (!Py_IsInitialized()) {  // the interpreter is gone: nothing left to release the references to
       allocate_.release();
@@ -170,8 +171,10 @@ class PyAllocator {
       return reinterpret_cast<void*>(nb::cast<uintptr_t>(self->allocate_(bytes)));
     } catch (nb::python_error& e) {
       self->error_ = std::string(nb::type_name(e.type()).c_str()) + ": " + nb::str(e.value()).c_str();
+    } catch (const nb::cast_error&) {
+      self->error_ = "allocate returned no int (a device address)";
     } catch (const std::exception& e) {
-      self->error_ = e.what();  // nb::cast_error: allocate returned something other than an int
+      self->error_ = e.what();
     }
     return nullptr;
   }

@@ -270,7 +270,7 @@ def assert_same_layer(a: mxmoe.torch.MoeLayer, b: mxmoe.torch.MoeLayer, experts:
         assert torch.equal(a(x), b(x)), f"T={tokens}"
         assert torch.equal(a.experts(x, ids, w), b.experts(x, ids, w)), f"T={tokens}"
     x = to_bf16(np.random.default_rng(4).normal(size=(16, a.shape.hidden)))
-    a.workspace_size(16)
+    assert a.workspace_size(16) == b.workspace_size(16) > 0
     eager = a(x)
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
