@@ -12,6 +12,7 @@ logits fed the same tokens, a CUDA graph of its forward and torch.compile(fullgr
 
 from __future__ import annotations
 
+import copy
 import time
 
 import numpy as np
@@ -211,6 +212,33 @@ def position_errors(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """Relative error by norm of logits a [S, V] against b at each position: [S]."""
     a, b = a.float(), b.float()
     return torch.linalg.norm(a - b, dim=-1) / torch.linalg.norm(b, dim=-1)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_use_mxmoe_converts_on_the_gpu_as_on_the_host(dtype):
+    """use_mxmoe on a CUDA model (quantised on the GPU, mxmoe.torch.MoeLayer.from_tensors) and on the
+    same model on the CPU (quantised on the host, weights_of) give bit-identical layers."""
+    config = GptOssConfig(hidden_size=256, intermediate_size=192, num_local_experts=8, num_experts_per_tok=2,
+                          num_hidden_layers=2, vocab_size=64, num_attention_heads=4, num_key_value_heads=2,
+                          head_dim=64, max_position_embeddings=256, eos_token_id=None, pad_token_id=0)
+    torch.manual_seed(3)
+    model = GptOssForCausalLM(config).eval()
+    generator = torch.Generator().manual_seed(4)
+    with torch.no_grad():
+        for block in model.model.layers:
+            for p in block.mlp.parameters():  # random bf16 values, not MXFP4 ones: the quantisers round
+                p.copy_((torch.randn(p.shape, generator=generator) * 0.05).bfloat16())
+    model = model.to(dtype)
+    on_cpu = mxt.use_mxmoe(copy.deepcopy(model), device="cuda")
+    on_gpu = mxt.use_mxmoe(model.to("cuda"))
+    for host_block, device_block in zip(on_cpu.model.layers, on_gpu.model.layers):
+        a, b = device_block.mlp.moe, host_block.mlp.moe
+        assert a.device == b.device and a.nbytes == b.nbytes
+        x = bf16(oracle.bf16_bits(np.random.default_rng(5).normal(size=(37, 256))))
+        ids = torch.randint(0, 8, (37, 2), device="cuda")
+        w = torch.rand(37, 2, device="cuda")
+        assert torch.equal(a(x), b(x))
+        assert torch.equal(a.experts(x, ids, w), b.experts(x, ids, w))
 
 
 def test_use_mxmoe_rejects_other_models():
