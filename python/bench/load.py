@@ -7,9 +7,9 @@
 Per model shape, each path's seconds to a ready layer (torch.cuda.synchronize() after it; median of
 --repeats) and the rate in GB/s of the layer's MXFP4 checkpoint bytes:
   dense GPU      transformers' dense experts (gate_up_proj [E, H, 2I], down_proj [E, I, H], bf16, values
-                 that were MXFP4) already on the GPU -> mxmoe.torch.layer_from_tensors (quantised and
+                 that were MXFP4) already on the GPU -> mxmoe.torch.MoeLayer.from_tensors (quantised and
                  repacked by kernels)
-  MXFP4 GPU      the checkpoint's MXFP4 tensors already on the GPU -> layer_from_tensors (repacked)
+  MXFP4 GPU      the checkpoint's MXFP4 tensors already on the GPU -> MoeLayer.from_tensors (repacked)
   transformers   use_mxmoe() on a one-layer GptOssForCausalLM held on the GPU with dense experts
   host dense     (--host-baseline) the same dense experts from the host: mxmoe.weights_from_tensors
                  (the CPU quantiser) then MoeLayer, the path every dense model took before the GPU one
@@ -219,10 +219,10 @@ def main() -> None:
         mx = layer_tensors(e, h, i, seed=0)
         gb = checkpoint_bytes(mx) / 1e9
         row = {"model": model, "layer_gb": gb}
-        if hasattr(mxtorch, "layer_from_tensors"):
-            row["mxfp4_gpu_s"] = seconds(lambda: mxtorch.layer_from_tensors(mx, top_k=k), args.repeats)
+        if hasattr(mxtorch.MoeLayer, "from_tensors"):
+            row["mxfp4_gpu_s"] = seconds(lambda: mxtorch.MoeLayer.from_tensors(mx, top_k=k), args.repeats)
             dense = dense_of(mx)
-            row["dense_gpu_s"] = seconds(lambda: mxtorch.layer_from_tensors(dense, top_k=k), args.repeats)
+            row["dense_gpu_s"] = seconds(lambda: mxtorch.MoeLayer.from_tensors(dense, top_k=k), args.repeats)
         else:
             dense = dense_of(mx)
         row["transformers_s"] = transformers_seconds(dense, e, k, h, i)
