@@ -318,7 +318,7 @@ def test_layer_from_cuda_tensors_converts_float16_and_strided_tensors():
     expected = mxmoe.torch.MoeLayer.from_tensors(tensors, top_k=2)
     tensors["router.bias"] = tensors["router.bias"].half()  # these bf16 values are float16 values too
     down = tensors["experts.down_proj"]
-    tensors["experts.down_proj"] = torch.cat([down, down], dim=2)[:, :, ::2]  # strided: copied
+    tensors["experts.down_proj"] = torch.stack([down, torch.zeros_like(down)], dim=-1).flatten(-2)[..., ::2]  # strided: copied
     assert not tensors["experts.down_proj"].is_contiguous()
     assert_same_layer(mxmoe.torch.MoeLayer.from_tensors(tensors, top_k=2), expected, 8)
 
@@ -334,6 +334,7 @@ def test_layer_memory_is_pytorchs():
     weights, tensors = small_weights_and_tensors()
     x = to_bf16(np.ones((4, 128), np.float32))
     for make in (lambda: mxmoe.torch.MoeLayer(weights), lambda: mxmoe.torch.MoeLayer.from_tensors(tensors, top_k=2)):
+        gc.collect()  # earlier tests' garbage goes now, not inside the measurement
         torch.cuda.synchronize()
         before = torch.cuda.memory_allocated()
         layer = make()
@@ -366,6 +367,7 @@ def test_allocation_failure_raises_pytorchs_oom_and_leaks_nothing(monkeypatch, f
             return real(nbytes, device)
 
         monkeypatch.setattr(mxmoe.torch, "_empty", failing)
+        gc.collect()  # earlier tests' garbage goes now, not inside the measurement
         torch.cuda.synchronize()
         before = torch.cuda.memory_allocated()
         what = "weights" if fail_at == 1 else "load scratch"
