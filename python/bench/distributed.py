@@ -56,6 +56,7 @@ import torch
 import torch.distributed as dist
 
 import mxmoe
+import mxmoe.torch
 from mxmoe.distributed import LOW_LATENCY_MAX_TOKENS, NVLINK_MULTICAST_OFF, ExpertParallelLayer, TensorParallelLayer
 from timing import SHAPES, capture
 
@@ -132,8 +133,9 @@ def print_table(records: list) -> None:
     print(f"{'model':<13} {'layout':<7} {'world':>5} {'T':>5} {'graph':>5} {'total_us':>9}  {'comm_us by rank':<24} "
           f"{'mxmoe_us by rank':<24} {'routing_us':<16} {'1gpu_us@T':>9} {'1gpu_us@wT':>10} {'over_us':>8} "
           f"{'over/comm':>9} {'max_error':>9}")
-    for model, tokens in sorted(one_gpu):
-        print(f"{model:<13} {'one-gpu':<7} {1:>5} {tokens:>5} {'yes':>5} {one_gpu[model, tokens]:>9.1f}")
+    for r in sorted((r for r in records if r["layout"] == "one-gpu"), key=lambda r: (r["model"], r["tokens"])):
+        print(f"{r['model']:<13} {'one-gpu':<7} {1:>5} {r['tokens']:>5} {'yes' if r['captured'] else 'no':>5} "
+              f"{r['total_us']:>9.1f}")
     for (model, layout, world, tokens), ranks in sorted(rows.items()):
         def by_rank(key):
             return "/".join(f"{r[key]:.1f}" for r in ranks) if key in ranks[0] else "-"
@@ -168,14 +170,14 @@ def print_summary(records: list, low_latency_max_tokens: int) -> None:
         print(f"  ep-ll at most ep-a2a at T = {ll_wins or 'none'}")
         best_ep = {t: min(x for x in (total("ep-ll", t), total("ep-a2a", t)) if x is not None) for t in tokens}
         tp = {t: total("tp", t) for t in tokens}
-        for name, times, baseline in (("ep (its faster path)", best_ep, lambda t: one_gpu.get((model, t))),
-                                      ("ep (its faster path), against one GPU at world x T", best_ep,
-                                       lambda t: one_gpu.get((model, world * t))),
-                                      ("tp", tp, lambda t: one_gpu.get((model, t)))):
+        for name, times, baseline in (("ep (its faster path) faster than one GPU at T", best_ep,
+                                       lambda t: one_gpu.get((model, t))),
+                                      ("ep (its faster path) faster than one GPU at world x T (the same tokens)",
+                                       best_ep, lambda t: one_gpu.get((model, world * t))),
+                                      ("tp faster than one GPU at T", tp, lambda t: one_gpu.get((model, t)))):
             wins = [t for t in tokens if times.get(t) is not None and baseline(t) is not None and times[t] < baseline(t)]
             start = next((t for t in tokens if all(u in wins for u in tokens if u >= t)), None)
-            print(f"  {name} faster than one GPU at T = {wins or 'none'}"
-                  + (f"; from T = {start} on" if start is not None else ""))
+            print(f"  {name}: at T = {wins or 'none'}" + (f"; from T = {start} on" if start is not None else ""))
         for layout in ("ep-ll", "tp"):
             for t in (t for t in tokens if t <= DECODE_TOKENS and (model, layout, world, t) in rows):
                 ranks = rows[model, layout, world, t]
@@ -290,7 +292,6 @@ def run_rank(args) -> None:
     cuda = args.device == "cuda"
     if cuda:
         torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
-        import mxmoe.torch  # noqa: F401  (the one-GPU layer)
     device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
     dist.init_process_group("nccl" if cuda else "gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
