@@ -1,0 +1,140 @@
+// Whole-model loading on the GPU: the staged upload moves every byte from a file and from memory,
+// through many more pieces than it has buffers, in copies that start and end mid-piece; load_model
+// of a sharded checkpoint gives, layer by layer, runners whose forward is bit for bit that of a
+// runner built from the layer's weights read through the mapping (no file reads) and from the
+// synthetic weights the checkpoint was written from; a layer of many staging pieces (gpt-oss-20b's)
+// reads from the file as it reads through memory.
+#include <gtest/gtest.h>
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "common/random.hpp"
+#include "gpu_test_support.hpp"
+#include "load/staged_upload.hpp"
+#include "mxmoe/error.hpp"
+#include "mxmoe/model_loader.hpp"
+
+namespace mxmoe {
+namespace {
+
+using namespace test;  // NOLINT: the shared GPU test helpers
+namespace fs = std::filesystem;
+
+fs::path fresh_dir(const std::string& name) {
+  const fs::path dir = fs::temp_directory_path() / ("mxmoe_" + name + "_" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+void expect_same_outputs(const MoeRunner& got, const MoeRunner& expected, const std::string& what) {
+  const MoeShape& s = expected.shape();
+  EXPECT_EQ(got.device_bytes(), expected.device_bytes()) << what;
+  for (int tokens : {1, 9, 200}) {
+    const std::vector<Bf16> x = make_activations(tokens, s.hidden, 500 + tokens);
+    const std::vector<float> logits = random_logits(tokens, s.num_experts, 600 + tokens);
+    for (const std::vector<float>* given : {static_cast<const std::vector<float>*>(nullptr), &logits}) {
+      const GpuResult a = run_gpu(got, x, tokens, given, nullptr);
+      const GpuResult b = run_gpu(expected, x, tokens, given, nullptr);
+      EXPECT_TRUE(std::equal(a.out.begin(), a.out.end(), b.out.begin(), b.out.end(),
+                             [](Bf16 p, Bf16 q) { return p.bits == q.bits; }))
+          << what << " T=" << tokens << (given ? " given logits" : " router");
+    }
+  }
+}
+
+// The layer's weights with the file reads turned off: the load copies through the mapping.
+MoeLayerWeights through_the_mapping(MoeLayerWeights w) {
+  w.mapped_files.clear();
+  return w;
+}
+
+TEST(GpuStagedUpload, EveryByteArrivesFromAFileAndFromMemory) {
+  MXMOE_REQUIRE_GPU();
+  const fs::path dir = fresh_dir("staged_upload");
+  std::vector<uint8_t> bytes(3'000'017);
+  SplitMix64 rng(4);
+  for (auto& b : bytes) b = static_cast<uint8_t>(rng.next());
+  {
+    FILE* f = std::fopen((dir / "bytes").c_str(), "wb");
+    ASSERT_NE(f, nullptr);
+    ASSERT_EQ(std::fwrite(bytes.data(), 1, bytes.size(), f), bytes.size());
+    std::fclose(f);
+  }
+  const int fd = ::open((dir / "bytes").c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  cudaStream_t stream = nullptr;
+  MXMOE_CUDA_OK(cudaStreamCreate(&stream));
+  {
+    DeviceArray<uint8_t> from_file(bytes.size()), from_memory(bytes.size());
+    from_file.fill_bytes(0);
+    from_memory.fill_bytes(0);
+    StagedUpload upload(stream, bytes.size(), 4099);  // ~730 pieces over 16 buffers
+    // Three copies each, splitting the bytes off a piece boundary.
+    for (const auto& [begin, end] : {std::pair<size_t, size_t>{0, 1'000'003}, {1'000'003, 1'000'010},
+                                    {1'000'010, bytes.size()}}) {
+      upload.copy(from_file.get() + begin, HostSource{nullptr, fd, begin}, end - begin, "file bytes");
+      upload.copy(from_memory.get() + begin, HostSource{bytes.data() + begin}, end - begin, "memory bytes");
+    }
+    MXMOE_CUDA_OK(cudaStreamSynchronize(stream));
+    EXPECT_TRUE(from_file.to_host() == bytes);
+    EXPECT_TRUE(from_memory.to_host() == bytes);
+    EXPECT_THROW(upload.copy(from_file.get(), HostSource{nullptr, fd, bytes.size() - 10}, 20, "past the end"), Error);
+  }
+  MXMOE_CUDA_OK(cudaStreamDestroy(stream));
+  ::close(fd);
+  fs::remove_all(dir);
+}
+
+TEST(GpuModelLoad, EveryLayerForwardsAsARunnerOfItsWeights) {
+  MXMOE_REQUIRE_GPU();
+  const fs::path dir = fresh_dir("model_load");
+  const MoeShape shape{5, 3, 96, 160, 3};
+  constexpr uint64_t kSeed = 21;
+  write_synthetic_checkpoint(dir.string(), shape, CheckpointScheme::kOpenAi, 2, kSeed);
+  const Checkpoint checkpoint = Checkpoint::open(dir.string());
+
+  ModelLoadOptions options;
+  std::vector<int> progress_layers;
+  options.progress = [&](const LayerLoadProgress& p) { progress_layers.push_back(p.layer); };
+  const std::vector<MoeRunner> all = load_model(checkpoint, options);
+  ASSERT_EQ(all.size(), 3u);
+  EXPECT_EQ(progress_layers, (std::vector<int>{0, 1, 2}));
+  for (int layer = 0; layer < 3; ++layer) {
+    const LoadedLayer loaded = load_gpt_oss_layer(checkpoint, layer);
+    ASSERT_FALSE(loaded.weights.mapped_files.empty());
+    const std::string what = "layer " + std::to_string(layer);
+    expect_same_outputs(all[layer], MoeRunner(through_the_mapping(loaded.weights)), what + " vs the mapping");
+    expect_same_outputs(all[layer], MoeRunner(make_synthetic_layer(shape, layer_seed(kSeed, layer))),
+                        what + " vs the synthetic weights");
+  }
+
+  options.layers = {2, 0};
+  const std::vector<MoeRunner> some = load_model(checkpoint, options);
+  ASSERT_EQ(some.size(), 2u);
+  expect_same_outputs(some[0], all[2], "layers {2, 0}: layer 2");
+  expect_same_outputs(some[1], all[0], "layers {2, 0}: layer 0");
+  fs::remove_all(dir);
+}
+
+TEST(GpuModelLoad, ALayerOfManyStagingPiecesReadsFromTheFileAsThroughMemory) {
+  MXMOE_REQUIRE_GPU();
+  const fs::path dir = fresh_dir("model_load_20b");
+  MoeShape shape = model_shape("gpt-oss-20b");
+  shape.num_layers = 1;
+  write_synthetic_checkpoint(dir.string(), shape, CheckpointScheme::kHuggingFace, 1, 3);
+  const Checkpoint checkpoint = Checkpoint::open(dir.string());
+  const LoadedLayer loaded = load_gpt_oss_layer(checkpoint, 0);
+  expect_same_outputs(MoeRunner(loaded.weights), MoeRunner(through_the_mapping(loaded.weights)), "gpt-oss-20b");
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace mxmoe
