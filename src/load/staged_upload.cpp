@@ -17,9 +17,9 @@ namespace mxmoe {
 StagedUpload::StagedUpload(cudaStream_t stream, size_t largest_copy, size_t piece_bytes)
     : stream_(stream), piece_bytes_(std::max<size_t>(1, std::min(piece_bytes, largest_copy))) {
   try {
+    cuda_check(cudaHostAlloc(&pinned_, kBuffers * piece_bytes_, cudaHostAllocDefault),
+               "pinned staging buffers (" + std::to_string(kBuffers * piece_bytes_) + " bytes)");
     for (int i = 0; i < kBuffers; ++i) {
-      cuda_check(cudaHostAlloc(&pinned_[i], piece_bytes_, cudaHostAllocDefault),
-                 "pinned staging buffer (" + std::to_string(piece_bytes_) + " bytes)");
       cuda_check(cudaEventCreateWithFlags(&drained_[i], cudaEventDisableTiming), "staging event");
     }
   } catch (...) {
@@ -37,10 +37,10 @@ void StagedUpload::release() {
       cudaEventDestroy(drained_[i]);
       drained_[i] = nullptr;
     }
-    if (pinned_[i]) {
-      cudaFreeHost(pinned_[i]);
-      pinned_[i] = nullptr;
-    }
+  }
+  if (pinned_) {
+    cudaFreeHost(pinned_);
+    pinned_ = nullptr;
   }
 }
 
@@ -58,7 +58,7 @@ void StagedUpload::copy(void* device, HostSource source, size_t bytes, const cha
   auto fill_and_enqueue = [&](size_t k, int b) {
     const size_t done = k * piece_bytes_, piece = std::min(piece_bytes_, bytes - done);
     cuda_check(cudaEventSynchronize(drained_[b]), std::string("staging ") + what);
-    auto* pinned = static_cast<unsigned char*>(pinned_[b]);
+    auto* pinned = static_cast<unsigned char*>(pinned_) + b * piece_bytes_;
     const HostSource from = source.advanced(done);
     if (from.fd >= 0) {
       read_file_range(from.fd, from.offset, {pinned, piece}, what);

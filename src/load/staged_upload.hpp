@@ -46,7 +46,7 @@ class StagedUpload {
 
   cudaStream_t stream_;
   size_t piece_bytes_;
-  void* pinned_[kBuffers] = {};
+  void* pinned_ = nullptr;  // kBuffers buffers of piece_bytes_, one allocation
   cudaEvent_t drained_[kBuffers] = {};  // the last copy enqueued out of each buffer is complete
   // Piece g of this upload's life goes through buffer g % kBuffers as its use g / kBuffers; uses_[b]
   // counts the uses of buffer b enqueued so far, so a piece waits for its buffer's previous use.
