@@ -90,7 +90,7 @@ int load_command(std::span<const std::string> args) {
   if (!options.load.quantize_bf16_experts) {
     for (int layer : options.layers) load_gpt_oss_layer(checkpoint, layer, options.load);
   }
-  if (list_gpus().empty()) throw Error("load: no CUDA GPU is visible (the checkpoint's layers are well formed)");
+  if (list_gpus().empty()) throw Error("load: no CUDA GPU is visible");
 
   const bool quiet = parsed->flag("quiet");
   nlohmann::ordered_json per_layer = nlohmann::ordered_json::array();
