@@ -22,7 +22,7 @@ from __future__ import annotations
 import itertools
 import sys
 import weakref
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, Optional
 
 import torch
@@ -30,7 +30,7 @@ import torch
 import mxmoe
 from . import _mxmoe
 
-__all__ = ["MoeLayer"]
+__all__ = ["MoeLayer", "load_model"]
 
 # Custom ops take tensors and plain values: a layer is passed as its handle, a key of this table,
 # which does not keep the layer alive (a layer dropped without free() releases its device memory).
@@ -367,3 +367,45 @@ def _experts(x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor
 @_experts.register_fake
 def _(x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor, handle: int) -> torch.Tensor:
     return torch.empty_like(x)
+
+
+# ---- Whole-model loading ----
+def load_model(path: str, layers: Iterable[int] | None = None, device: torch.device | str | int | None = None,
+               quiet: bool = False, max_tokens: int | None = None, *, scheme: str | None = None,
+               quantize_bf16_experts: bool = False) -> list[MoeLayer]:
+    """A MoeLayer for each of `layers` (default: every layer the checkpoint holds) of a gpt-oss
+    checkpoint, in order, loaded a layer at a time: each layer's tensors are checked, read from the
+    files into pinned memory and repacked on `device`, while the next layer is read ahead, so the
+    process holds one layer's host memory at most. Prints a line per layer to stderr (layers done,
+    GB, GB/s) and a summary unless `quiet`. `max_tokens`, `scheme` and `quantize_bf16_experts` are
+    MoeLayer's and mxmoe.load_checkpoint's."""
+    if scheme not in (None, "openai", "hf"):
+        raise ValueError(f"scheme: expected 'openai', 'hf' or None, got {scheme!r}")
+    wanted: list[int] = []
+    if layers is not None:
+        for layer in layers:
+            mxmoe._check_int("layers", layer)
+            if layer < 0:
+                raise ValueError(f"layers: expected layer indices >= 0, got {layer}")
+            wanted.append(int(layer))
+        if not wanted:
+            raise ValueError("layers: expected at least one layer")
+    loaded: list[MoeLayer] = []
+    totals = {"bytes_done": 0, "seconds_done": 0.0}
+
+    def on_layer(index: int, core) -> None:
+        loaded.append(MoeLayer(mxmoe.Weights(core), device, max_tokens))
+
+    def on_progress(p: dict) -> None:
+        totals.update(p)
+        if not quiet:
+            print(f"mxmoe: layer {p['layer']} ({p['layers_done']}/{p['layers_total']}): "
+                  f"{p['layer_bytes'] / 1e9:.2f} GB in {p['layer_seconds']:.3f} s, "
+                  f"{p['layer_bytes'] / 1e9 / p['layer_seconds']:.2f} GB/s", file=sys.stderr, flush=True)
+
+    _mxmoe.for_each_layer(str(path), wanted, scheme, bool(quantize_bf16_experts), on_layer, on_progress)
+    if not quiet and loaded:
+        gb, seconds = totals["bytes_done"] / 1e9, totals["seconds_done"]
+        print(f"mxmoe: loaded {len(loaded)} layers, {gb:.2f} GB in {seconds:.2f} s, {gb / seconds:.2f} GB/s",
+              file=sys.stderr, flush=True)
+    return loaded

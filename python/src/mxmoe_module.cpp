@@ -21,6 +21,7 @@
 #include "mxmoe/checkpoint.hpp"
 #include "mxmoe/device.hpp"
 #include "mxmoe/error.hpp"
+#include "mxmoe/model_loader.hpp"
 #include "mxmoe/reference.hpp"
 #include "mxmoe/runner.hpp"
 
@@ -329,6 +330,43 @@ class Runner {
   std::unique_ptr<MoeRunner> runner_;
 };
 
+
+// ---- Whole-model loading: the host stage of load_model, with each layer handed to Python ----
+// for_each_layer calls on_layer(layer, Weights) for each of `layers` in order (Python builds the
+// layer's runner there, through the same constructor as any other), then on_progress(dict) where
+// given; the next layer is read ahead into the page cache meanwhile. An empty `layers`: all of them.
+int count_layers(const std::string& path) { return count_gpt_oss_layers(Checkpoint::open(path)); }
+
+void for_each_layer(const std::string& path, std::vector<int> layers, std::optional<std::string> scheme,
+                    bool quantize, const nb::callable& on_layer, std::optional<nb::callable> on_progress) {
+  LoadOptions options;
+  if (scheme) options.scheme = parse_scheme(*scheme);
+  options.quantize_bf16_experts = quantize;
+  const Checkpoint checkpoint = Checkpoint::open(path);
+  if (layers.empty()) {
+    for (int l = 0, count = count_gpt_oss_layers(checkpoint); l < count; ++l) layers.push_back(l);
+    if (layers.empty()) load_gpt_oss_layer(checkpoint, 0, options);  // throws, naming what it looked for
+  }
+  LayerProgressCallback progress;
+  if (on_progress) {
+    progress = [&](const LayerLoadProgress& p) {
+      nb::dict d;
+      d["layer"] = p.layer;
+      d["layers_done"] = p.layers_done;
+      d["layers_total"] = p.layers_total;
+      d["layer_bytes"] = p.layer_bytes;
+      d["layer_seconds"] = p.layer_seconds;
+      d["bytes_done"] = p.bytes_done;
+      d["seconds_done"] = p.seconds_done;
+      (*on_progress)(d);
+    };
+  }
+  for_each_gpt_oss_layer(
+      checkpoint, layers, options,
+      [&](int layer, const LoadedLayer& loaded) { on_layer(layer, Weights::of(loaded.weights)); }, progress);
+}
+// ---- end of whole-model loading ----
+
 }  // namespace
 }  // namespace mxmoe
 
@@ -395,4 +433,8 @@ NB_MODULE(_mxmoe, m) {
            "workspace_bytes"_a, "stream"_a)
       .def("forward_experts", &Runner::forward_experts, "x"_a, "topk_ids"_a, "ids_int64"_a, "topk_weights"_a, "out"_a,
            "tokens"_a, "workspace"_a, "workspace_bytes"_a, "stream"_a);
+  // Whole-model loading (see for_each_layer).
+  m.def("count_layers", &count_layers, "path"_a);
+  m.def("for_each_layer", &for_each_layer, "path"_a, "layers"_a, "scheme"_a.none(), "quantize_bf16_experts"_a,
+        "on_layer"_a, "on_progress"_a.none());
 }

@@ -423,3 +423,26 @@ def test_bad_cuda_tensors_are_named():
     with pytest.raises(TypeError, match="experts.gate_up_proj: expected torch.bfloat16, torch.float32 or torch.float16"):
         mxmoe.torch.MoeLayer.from_tensors({**dense, "experts.gate_up_proj": dense["experts.gate_up_proj"].to(torch.int32)},
                                           top_k=2)
+
+
+def test_load_model_gives_each_layer_as_load_checkpoint_does(tmp_path, capsys):
+    rng = np.random.default_rng(5)
+    layers = [oracle.random_layer(rng, 8, 96, 64) for _ in range(3)]
+    oracle.write_safetensors(tmp_path / "model.safetensors",
+                             {f"model.layers.{i}.mlp.{n}": a for i, t in enumerate(layers) for n, a in t.items()})
+    (tmp_path / "config.json").write_text('{"num_experts_per_tok": 2}')
+    model = mxmoe.torch.load_model(tmp_path, max_tokens=16)
+    assert len(model) == 3
+    err = capsys.readouterr().err
+    assert "layer 2 (3/3)" in err and "loaded 3 layers" in err
+    x = to_bf16(np.random.default_rng(1).normal(size=(5, 96)).astype(np.float32))
+    for i, layer in enumerate(model):
+        alone = mxmoe.torch.MoeLayer(mxmoe.load_checkpoint(tmp_path, layer=i))
+        assert torch.equal(layer(x), alone(x)), f"layer {i}"
+    some = mxmoe.torch.load_model(tmp_path, layers=[2, 0], quiet=True)
+    assert capsys.readouterr().err == ""
+    assert torch.equal(some[0](x), model[2](x)) and torch.equal(some[1](x), model[0](x))
+    with pytest.raises(mxmoe.Error, match="no MoE tensors for layer 7"):
+        mxmoe.torch.load_model(tmp_path, layers=[0, 7], quiet=True)
+    with pytest.raises(ValueError, match="at least one layer"):
+        mxmoe.torch.load_model(tmp_path, layers=[])
