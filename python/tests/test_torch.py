@@ -94,12 +94,12 @@ def test_custom_op_passes_opcheck(weights):
     torch.library.opcheck(torch.ops.mxmoe.layer.default, (x, None, layer._handle))
 
 
-def given_routing(tokens: int, seed: int, experts: int = 32):
+def given_routing(tokens: int, seed: int, experts: int = 32, top_k: int = 4):
     """A caller's routing: random experts (repeats allowed), positive weights, some slots -1."""
     rng = np.random.default_rng(seed)
-    ids = rng.integers(0, experts, size=(tokens, 4))
-    ids[::3, 2] = -1
-    return ids, rng.random(size=(tokens, 4)).astype(np.float32)
+    ids = rng.integers(0, experts, size=(tokens, top_k))
+    ids[::3, top_k // 2] = -1
+    return ids, rng.random(size=(tokens, top_k)).astype(np.float32)
 
 
 @pytest.mark.parametrize("tokens", [1, 7, 64, 300])
@@ -265,7 +265,7 @@ def assert_same_layer(a: mxmoe.torch.MoeLayer, b: mxmoe.torch.MoeLayer, experts:
     assert a.shape == b.shape and a.nbytes == b.nbytes
     for tokens in (1, 37, 300):
         x = to_bf16(np.random.default_rng(tokens).normal(size=(tokens, a.shape.hidden)))
-        ids, w = given_routing(tokens, tokens, experts)
+        ids, w = given_routing(tokens, tokens, experts, a.shape.top_k)
         ids, w = torch.from_numpy(ids).cuda(), torch.from_numpy(w).cuda()
         assert torch.equal(a(x), b(x)), f"T={tokens}"
         assert torch.equal(a.experts(x, ids, w), b.experts(x, ids, w)), f"T={tokens}"
