@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import statistics
 import subprocess
 import sys
@@ -166,12 +165,22 @@ def checkpoint_layer_seconds(directory: Path, layers: int) -> float:
     return statistics.median(times)
 
 
+def warm_page_cache(directory: Path) -> None:
+    """Reads the checkpoint's files once, so that the next load finds them in the page cache."""
+    for f in directory.glob("*.safetensors"):
+        with open(f, "rb", buffering=0) as fh:
+            while fh.read(64 << 20):
+                pass
+
+
 def whole_model(directory: Path, cold: bool) -> dict | None:
     """load_model of every layer in a child process: {seconds, rss_before_gb, rss_peak_gb}."""
     if not hasattr(mxtorch, "load_model"):
         return None
     if cold:
         drop_page_cache(directory)
+    else:
+        warm_page_cache(directory)
     run = subprocess.run([sys.executable, __file__, "--child-load", str(directory)], capture_output=True, text=True)
     if run.returncode != 0:
         raise RuntimeError(f"the child load failed:\n{run.stderr}")
@@ -187,13 +196,15 @@ def child_load(directory: str) -> None:
     layers = mxtorch.load_model(directory, device="cuda", quiet=True)
     torch.cuda.synchronize()
     elapsed = time.perf_counter() - start
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
-    print(json.dumps({"layers": len(layers), "seconds": elapsed, "rss_before_gb": before, "rss_peak_gb": peak}))
+    print(json.dumps({"layers": len(layers), "seconds": elapsed, "rss_before_gb": before,
+                      "rss_peak_gb": resident_gb("VmHWM")}))
 
 
-def resident_gb() -> float:
+def resident_gb(field: str = "VmRSS") -> float:
+    """This process's resident memory now (VmRSS) or at its peak (VmHWM), in GiB. Not getrusage's
+    ru_maxrss: a child started by fork and exec inherits its parent's peak there."""
     for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
+        if line.startswith(field + ":"):
             return int(line.split()[1]) / 2**20
     return float("nan")
 
@@ -234,7 +245,7 @@ def main() -> None:
         directory = Path(args.dir) / f"{model}-{args.layers}"
         row["checkpoint_layer_gb"] = write_checkpoint(directory, model, args.layers) / 1e9
         per_layer = min(args.per_layer, args.layers)
-        checkpoint_layer_seconds(directory, per_layer)  # the files' first read: the page cache fills
+        warm_page_cache(directory)
         row["checkpoint_warm_s"] = checkpoint_layer_seconds(directory, per_layer)
         drop_page_cache(directory)
         row["checkpoint_cold_s"] = checkpoint_layer_seconds(directory, per_layer)

@@ -365,7 +365,6 @@ void for_each_layer(const std::string& path, std::vector<int> layers, std::optio
       checkpoint, layers, options,
       [&](int layer, const LoadedLayer& loaded) { on_layer(layer, Weights::of(loaded.weights)); }, progress);
 }
-// ---- end of whole-model loading ----
 
 }  // namespace
 }  // namespace mxmoe
