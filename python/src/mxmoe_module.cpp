@@ -76,6 +76,32 @@ Weights from_mxfp4_arrays(const Bf16Array<2>& router_weight, const Bf16Array<1>&
   return {w};
 }
 
+// A DeepSeek-V4 layer (deepseek_v4_spec): the router's weight [R, H] and fp32 selection bias [R], the
+// experts' FC1 ([gate; up] rows) and FC2 blocks and scales. `experts`, where given, are the layer's
+// ids of the E experts held (an expert-parallel shard of R routed experts).
+Weights from_deepseek_v4_mxfp4(const Bf16Array<2>& router_weight, const HostArray<float, 1>& selection_bias,
+                               const HostArray<uint8_t, 4>& fc1_blocks, const HostArray<uint8_t, 3>& fc1_scales,
+                               const HostArray<uint8_t, 4>& fc2_blocks, const HostArray<uint8_t, 3>& fc2_scales,
+                               int top_k, float routed_scaling, std::optional<std::vector<int32_t>> experts) {
+  auto w = std::make_shared<MoeLayerWeights>();
+  w->shape = MoeShape{static_cast<int>(fc1_blocks.shape(0)), top_k, static_cast<int>(fc1_blocks.shape(2) * 32),
+                      static_cast<int>(fc1_blocks.shape(1) / 2), 1, deepseek_v4_spec(routed_scaling)};
+  auto storage = std::make_shared<std::vector<std::shared_ptr<std::vector<uint8_t>>>>();
+  w->router_weight = bf16_vector(router_weight);
+  w->router_selection_bias.assign(selection_bias.data(), selection_bias.data() + selection_bias.size());
+  w->fc1_blocks = keep(*storage, fc1_blocks);
+  w->fc1_scales = keep(*storage, fc1_scales);
+  w->fc2_blocks = keep(*storage, fc2_blocks);
+  w->fc2_scales = keep(*storage, fc2_scales);
+  w->storage = storage;
+  if (experts) {
+    w->global_experts = std::move(*experts);
+    w->routed_experts = static_cast<int>(router_weight.shape(0));
+  }
+  w->validate();
+  return {w};
+}
+
 Weights from_bf16_experts(const Bf16Array<2>& router_weight, const Bf16Array<1>& router_bias,
                           const Bf16Array<3>& gate_up, const Bf16Array<2>& gate_up_bias, const Bf16Array<3>& down,
                           const Bf16Array<2>& down_bias, int top_k) {
@@ -234,6 +260,9 @@ NB_MODULE(_mxmoe, m) {
   m.def("load_checkpoint", &load_checkpoint, "path"_a, "layer"_a, "scheme"_a.none(), "quantize_bf16_experts"_a);
   m.def("weights_from_mxfp4", &from_mxfp4_arrays, "router_weight"_a, "router_bias"_a, "fc1_blocks"_a, "fc1_scales"_a,
         "fc1_bias"_a, "fc2_blocks"_a, "fc2_scales"_a, "fc2_bias"_a, "top_k"_a);
+  m.def("weights_from_deepseek_v4_mxfp4", &from_deepseek_v4_mxfp4, "router_weight"_a, "selection_bias"_a,
+        "fc1_blocks"_a, "fc1_scales"_a, "fc2_blocks"_a, "fc2_scales"_a, "top_k"_a, "routed_scaling"_a,
+        "experts"_a.none());
   m.def("weights_from_bf16_experts", &from_bf16_experts, "router_weight"_a, "router_bias"_a, "gate_up"_a,
         "gate_up_bias"_a, "down"_a, "down_bias"_a, "top_k"_a);
   m.def("synthetic_weights",
