@@ -252,6 +252,19 @@ TEST(V4Reference, SmallLayerAgreesWithFloat64AndDoesNotDependOnThreads) {
   EXPECT_LE(relative_error(one.out, f64.out), kReferenceRelTolerance);
 }
 
+// The range the spec is to cover: top-k 1 to 8 among up to 512 experts.
+TEST(V4Reference, EveryTopKFromOneToEightAmong512Experts) {
+  for (int k = 1; k <= 8; ++k) {
+    const MoeShape shape(512, k, 64, 96, 1, kV4Flash);
+    const MoeLayerWeights w = make_synthetic_layer(shape, 100 + k);
+    const std::vector<Bf16> x = make_activations(5, shape.hidden, 200 + k);
+    const ReferenceResult ref = reference_forward(w, x, 5);
+    const Float64Result f64 = evaluate_layer_f64(w, x, 5);
+    EXPECT_EQ(ref.routing.experts, f64.experts) << k;
+    EXPECT_LE(relative_error(ref.out, f64.out), kReferenceRelTolerance) << k;
+  }
+}
+
 TEST(V4Shards, TensorAndExpertParallelShardsSumToTheLayer) {
   const MoeShape shape(18, 6, 64, 160, 1, kV4Flash);
   const MoeLayerWeights w = make_synthetic_layer(shape, 91);
