@@ -72,6 +72,11 @@ TEST(SiluClamped, MatchesHandComputedValues) {
   EXPECT_DOUBLE_EQ(swiglu(v4, 1.0, 11.0), silu(1.0) * 10.0);      // up clamped to +-10
   EXPECT_DOUBLE_EQ(swiglu(v4, 1.0, -11.0), silu(1.0) * -10.0);
   EXPECT_DOUBLE_EQ(swiglu(v4, 0.5, 0.0), 0.0);                     // no +1 on up
+  // The same by hand: silu(2) 3, silu(10), silu(-12), silu(1) 10.
+  EXPECT_NEAR(swiglu(v4, 2.0, 3.0), 5.284782467867294, 1e-12);
+  EXPECT_NEAR(swiglu(v4, 12.0, 1.0), 9.999546021312975, 1e-12);
+  EXPECT_NEAR(swiglu(v4, -12.0, 1.0), -7.373009522657661e-05, 1e-16);
+  EXPECT_NEAR(swiglu(v4, 1.0, 11.0), 7.310585786300049, 1e-12);
   // float: alpha 1 and offset 0 are exact, so the general formula is SiLU bit for bit.
   const float g = 1.375f, u = -2.25f;
   EXPECT_EQ(swiglu(v4, g, u), g / (1.0f + std::exp(-g)) * u);
@@ -88,6 +93,8 @@ TEST(RouteSqrtSoftplus, ChoosesOnBiasedScoresWeighsUnbiasedRenormalisedAndScaled
   const double sum = score(1.5) + score(2.0);
   EXPECT_NEAR(r.weights[0], score(1.5) / sum * 2.5, 1e-6);
   EXPECT_NEAR(r.weights[1], score(2.0) / sum * 2.5, 1e-6);
+  EXPECT_NEAR(r.weights[0], 1.1803162445073754, 1e-6);  // by hand
+  EXPECT_NEAR(r.weights[1], 1.3196837554926244, 1e-6);
   EXPECT_NEAR(r.weights[0] + r.weights[1], 2.5, 1e-6) << "weights sum to routed_scaling";
 }
 
