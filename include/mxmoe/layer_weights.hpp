@@ -40,6 +40,16 @@ struct MoeLayerWeights {
   std::span<const uint8_t> fc2_blocks;
   std::span<const uint8_t> fc2_scales;
   std::shared_ptr<const void> storage;
+  // Files mapped at `base` (open as `fd`, both kept alive by `storage`) that the expert views may lie
+  // in: a load reads a view that lies in one from the file with pread rather than through the
+  // mapping, which takes no page faults and leaves none of the file resident in this process. Empty
+  // for weights held in memory; a view outside every listed file is read through its address.
+  struct MappedFile {
+    const uint8_t* base;
+    uint64_t bytes;
+    int fd;
+  };
+  std::vector<MappedFile> mapped_files;
   // An expert-parallel shard's local expert e is the layer's expert global_experts[e], of
   // routed_experts. A whole layer: empty and 0.
   std::vector<int32_t> global_experts;

@@ -1,29 +1,44 @@
 """The expert- and tensor-parallel layers (mxmoe.distributed) timed per rank on 2 and 4 GPUs, beside
 the one-GPU layer (a benchmark).
 
-    python python/bench/distributed.py [--worlds 2 4] [--tokens 1 8 64 1024 4096]
-                                       [--models gpt-oss-20b gpt-oss-120b] [--repeats 20] [--json FILE]
+    python python/bench/distributed.py [--worlds 2 4] [--tokens 1 2 8 64 1024 4096]
+                                       [--models gpt-oss-20b gpt-oss-120b] [--repeats 50]
+                                       [--low-latency-max-tokens N] [--json FILE]
 
 This is the launcher: for one GPU (the baseline) and then each world of --worlds that the visible GPUs
 allow, it starts torchrun with one process per GPU, in an environment with NVLink multicast off
 (mxmoe.distributed.NVLINK_MULTICAST_OFF), and prints one table from what the ranks measured.
 
-Each rank takes T tokens of its own at each --tokens (expert parallel; the world's tokens number
+Each rank takes T tokens of its own at each --tokens (expert parallel: the world's tokens number
 world x T) or the same T tokens as every rank (tensor parallel), unit-normal, routed by the layer's
-router, with synthetic weights seeded alike on every rank. It times each stage of a forward with CUDA
-events on its stream: for expert parallelism the routing (router and top-k, in torch), the
-communication (the dispatch: split-size exchange, with its host synchronisation, and one
-all_to_all_single; the combine: one all_to_all_single and the float32 sum) and its mxmoe expert call;
-for tensor parallelism its mxmoe layer call and the communication (one bf16 all-reduce). A rank
-reports each stage's median over --repeats forwards, each begun after a barrier. The one-GPU rows are
-the whole layer at T and, for comparing expert parallelism's throughput, at world x T.
+router, with synthetic weights seeded alike on every rank. The rows:
+- one-gpu: mxmoe.torch.MoeLayer, the whole layer, at T and at world x T; captured in a CUDA graph.
+- ep-ll: the expert-parallel layer's low-latency path (max_rank_tokens = T), captured. comm_us is
+  the bare collectives of that path at the same sizes (all_gather_into_tensor of [T, H] bf16 and
+  reduce_scatter_tensor of [world T, H] bf16), captured alone; mxmoe_us the rank's shard over the
+  world's gathered tokens, captured alone.
+- ep-a2a: the expert-parallel layer's all-to-all path, eager (it reads its split sizes on the host),
+  stage by stage with CUDA events on the stream: routing_us (router and top-k, in torch), comm_us
+  (the dispatch, with its host synchronisation, and the combine) and mxmoe_us.
+- tp: the tensor-parallel layer, captured; comm_us the bare all-reduce of [T, H] bf16, captured
+  alone; mxmoe_us the rank's shard, captured alone.
+A captured timing is the median over --repeats replays of the graph, queued back to back behind a
+short device sleep (so that the host's launches do not pace them), each between two CUDA events; an
+eager one is the median over --repeats forwards, each begun after a barrier.
+
+The table gives, per model, layout, world and T, the slowest rank's total, each rank's times, the
+one-GPU layer at T and world x T, over_us (the total less the one-GPU layer at T) and over/comm
+(over_us over the slowest rank's bare collectives: the decode target is at most 1.1). The closing
+lines say which path ExpertParallelLayer(low_latency_max_tokens=--low-latency-max-tokens) takes at
+each T, where ep-ll beats ep-a2a, and from which T each of ep and tp beats one GPU.
 
 Every rank checks its output at each T against the whole layer on its own device, both routed by the
-same logits: the table's max_error is the largest relative error by norm, and the launcher exits
-non-zero where one reaches CHECK_TOLERANCE.
+same logits (eager calls, each path of ep and tp): the table's max_error is the largest relative
+error by norm, and the launcher exits non-zero where one reaches CHECK_TOLERANCE.
 
---device cpu runs the same over gloo with the CPU layer, timed by the host clock: a check of the
-plumbing where there is no GPU, not a measurement.
+--device cpu runs the same over gloo with the CPU layer, timed by the host clock, uncaptured: a check
+of the plumbing where there is no GPU, not a measurement (e.g. --models gpt-oss-20b --tokens 1 2
+--repeats 2 --worlds 2).
 """
 
 from __future__ import annotations
@@ -41,18 +56,24 @@ import torch
 import torch.distributed as dist
 
 import mxmoe
-from mxmoe.distributed import NVLINK_MULTICAST_OFF, ExpertParallelLayer, TensorParallelLayer
-from timing import SHAPES
+import mxmoe.torch
+from mxmoe.distributed import LOW_LATENCY_MAX_TOKENS, NVLINK_MULTICAST_OFF, ExpertParallelLayer, TensorParallelLayer
+from timing import SHAPES, capture
 
 CHECK_TOLERANCE = 5e-3  # the bf16 rounding of the ranks' partial sums
+DECODE_TOKENS = 8       # the decode target holds for T up to this
+DECODE_SLACK = 1.1      # over_us at most the bare collectives' time plus 10 %
+LAYOUTS = ("ep-ll", "ep-a2a", "tp")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--worlds", type=int, nargs="+", default=[2, 4])
-    parser.add_argument("--tokens", type=int, nargs="+", default=[1, 8, 64, 1024, 4096])
+    parser.add_argument("--tokens", type=int, nargs="+", default=[1, 2, 8, 64, 1024, 4096])
     parser.add_argument("--models", nargs="+", default=list(SHAPES), choices=list(SHAPES))
-    parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--repeats", type=int, default=50)
+    parser.add_argument("--low-latency-max-tokens", type=int, default=LOW_LATENCY_MAX_TOKENS,
+                        help="the threshold whose choice of path the closing lines report")
     parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     parser.add_argument("--json", help="write every rank's medians here")
     parser.add_argument("--rank-records", help=argparse.SUPPRESS)  # set by the launcher for the ranks it starts
@@ -83,39 +104,93 @@ def launch(args) -> None:
             with open(path) as f:
                 records += json.load(f)
     print_table(records)
+    print_summary(records, args.low_latency_max_tokens)
     failed = [r for r in records if r.get("error", 0.0) >= CHECK_TOLERANCE]
     if args.json:
         device = torch.cuda.get_device_name() if args.device == "cuda" else "cpu"
         with open(args.json, "w") as f:
             json.dump({"device": device, "torch": torch.__version__, "environment": NVLINK_MULTICAST_OFF,
-                       "records": records}, f, indent=1)
+                       "low_latency_max_tokens": args.low_latency_max_tokens, "records": records}, f, indent=1)
     if failed:
         sys.exit(f"check failed: {len(failed)} rank(s) at or above {CHECK_TOLERANCE} relative error, e.g. {failed[0]}")
 
 
-def print_table(records: list) -> None:
-    """One row per model, layout, world and T: the slowest rank's total, each rank's communication and
-    mxmoe time (and routing time for expert parallelism), the one-GPU layer at T and world x T, and the
-    largest error of a rank's output."""
-    one_gpu = {(r["model"], r["tokens"]): r["mxmoe_us"] for r in records if r["layout"] == "one-gpu"}
+def group_rows(records: list):
+    """({(model, T): one-GPU total}, {(model, layout, world, T): [records by rank]})."""
+    one_gpu = {(r["model"], r["tokens"]): r["total_us"] for r in records if r["layout"] == "one-gpu"}
     rows = {}
     for r in records:
         if r["layout"] != "one-gpu":
             rows.setdefault((r["model"], r["layout"], r["world"], r["tokens"]), []).append(r)
-    print(f"{'model':<13} {'layout':<6} {'world':>5} {'T':>5} {'total_us':>9}  {'comm_us by rank':<28} "
-          f"{'mxmoe_us by rank':<28} {'routing_us by rank':<24} {'1gpu_us@T':>9} {'1gpu_us@wT':>10} {'max_error':>9}")
-    for (model, layout, world, tokens), ranks in sorted(rows.items()):
+    for ranks in rows.values():
         ranks.sort(key=lambda r: r["rank"])
+    return one_gpu, rows
 
+
+def print_table(records: list) -> None:
+    """One row per model, layout, world and T (see the module's docstring)."""
+    one_gpu, rows = group_rows(records)
+    print(f"{'model':<13} {'layout':<7} {'world':>5} {'T':>5} {'graph':>5} {'total_us':>9}  {'comm_us by rank':<24} "
+          f"{'mxmoe_us by rank':<24} {'routing_us':<16} {'1gpu_us@T':>9} {'1gpu_us@wT':>10} {'over_us':>8} "
+          f"{'over/comm':>9} {'max_error':>9}")
+    for r in sorted((r for r in records if r["layout"] == "one-gpu"), key=lambda r: (r["model"], r["tokens"])):
+        print(f"{r['model']:<13} {'one-gpu':<7} {1:>5} {r['tokens']:>5} {'yes' if r['captured'] else 'no':>5} "
+              f"{r['total_us']:>9.1f}")
+    for (model, layout, world, tokens), ranks in sorted(rows.items()):
         def by_rank(key):
             return "/".join(f"{r[key]:.1f}" for r in ranks) if key in ranks[0] else "-"
 
-        world_tokens = one_gpu.get((model, world * tokens)) if layout == "ep" else None
-        print(f"{model:<13} {layout:<6} {world:>5} {tokens:>5} {max(r['total_us'] for r in ranks):>9.1f}  "
-              f"{by_rank('comm_us'):<28} {by_rank('mxmoe_us'):<28} {by_rank('routing_us'):<24} "
-              f"{one_gpu.get((model, tokens), float('nan')):>9.1f} "
-              f"{'-' if world_tokens is None else f'{world_tokens:.1f}':>10} "
-              f"{max(r['error'] for r in ranks):>9.2e}")
+        total = max(r["total_us"] for r in ranks)
+        single = one_gpu.get((model, tokens))
+        world_tokens = one_gpu.get((model, world * tokens)) if layout.startswith("ep") else None
+        over = total - single if single is not None else None
+        over_comm = over / max(r["comm_us"] for r in ranks) if over is not None and ranks[0]["captured"] else None
+        print(f"{model:<13} {layout:<7} {world:>5} {tokens:>5} {'yes' if ranks[0]['captured'] else 'no':>5} "
+              f"{total:>9.1f}  {by_rank('comm_us'):<24} {by_rank('mxmoe_us'):<24} {by_rank('routing_us'):<16} "
+              f"{_us(single):>9} {_us(world_tokens):>10} {_us(over):>8} "
+              f"{'-' if over_comm is None else f'{over_comm:.2f}':>9} {max(r['error'] for r in ranks):>9.2e}")
+
+
+def print_summary(records: list, low_latency_max_tokens: int) -> None:
+    """The closing lines: the path ep takes, where ep-ll beats ep-a2a, from which T each mode beats one
+    GPU, and the decode target."""
+    one_gpu, rows = group_rows(records)
+    totals = {key: max(r["total_us"] for r in ranks) for key, ranks in rows.items()}
+    for model, world in sorted({(m, w) for m, _, w, _ in rows}):
+        tokens = sorted({t for m, _, w, t in rows if (m, w) == (model, world)})
+
+        def total(layout, t):
+            return totals.get((model, layout, world, t))
+
+        picks = ", ".join(f"{t}: {'ll' if t <= low_latency_max_tokens else 'a2a'}" for t in tokens)
+        print(f"{model}, {world} ranks: ExpertParallelLayer(low_latency_max_tokens={low_latency_max_tokens}) "
+              f"takes at T = {picks}")
+        ll_wins = [t for t in tokens if None not in (total("ep-ll", t), total("ep-a2a", t))
+                   and total("ep-ll", t) <= total("ep-a2a", t)]
+        print(f"  ep-ll at most ep-a2a at T = {ll_wins or 'none'}")
+        best_ep = {t: min(x for x in (total("ep-ll", t), total("ep-a2a", t)) if x is not None) for t in tokens}
+        tp = {t: total("tp", t) for t in tokens}
+        for name, times, baseline in (("ep (its faster path) faster than one GPU at T", best_ep,
+                                       lambda t: one_gpu.get((model, t))),
+                                      ("ep (its faster path) faster than one GPU at world x T (the same tokens)",
+                                       best_ep, lambda t: one_gpu.get((model, world * t))),
+                                      ("tp faster than one GPU at T", tp, lambda t: one_gpu.get((model, t)))):
+            wins = [t for t in tokens if times.get(t) is not None and baseline(t) is not None and times[t] < baseline(t)]
+            start = next((t for t in tokens if all(u in wins for u in tokens if u >= t)), None)
+            print(f"  {name}: at T = {wins or 'none'}" + (f"; from T = {start} on" if start is not None else ""))
+        for layout in ("ep-ll", "tp"):
+            for t in (t for t in tokens if t <= DECODE_TOKENS and (model, layout, world, t) in rows):
+                ranks = rows[model, layout, world, t]
+                if not ranks[0]["captured"] or (model, t) not in one_gpu:
+                    continue
+                over, comm = total(layout, t) - one_gpu[model, t], max(r["comm_us"] for r in ranks)
+                verdict = "met" if over <= DECODE_SLACK * comm else "missed"
+                print(f"  decode target, {layout} T = {t}: over {over:.1f} us, bare collectives {comm:.1f} us, "
+                      f"ratio {over / comm:.2f} (at most {DECODE_SLACK}): {verdict}")
+
+
+def _us(value) -> str:
+    return "-" if value is None else f"{value:.1f}"
 
 
 # ---- a rank -----------------------------------------------------------------------------------------
@@ -146,31 +221,25 @@ class Clock:
         return us
 
 
-def ep_stages(layer: ExpertParallelLayer, x: torch.Tensor):
-    """(name, what it counts as, function of the previous stage's result) for one forward."""
+def a2a_stages(layer: ExpertParallelLayer, x: torch.Tensor):
+    """(what it counts as, function of the previous stage's result) for one all-to-all forward."""
     return [
-        ("route", "routing_us", lambda _: layer.route(x)),
-        ("dispatch", "comm_us", lambda routing: layer.dispatch(x, *routing)),
-        ("compute", "mxmoe_us", lambda dispatched: (dispatched, layer.compute(dispatched))),
-        ("combine", "comm_us", lambda result: layer.combine(*result)),
-    ]
-
-
-def tp_stages(layer: TensorParallelLayer, x: torch.Tensor):
-    return [
-        ("compute", "mxmoe_us", lambda _: layer.compute(x)),
-        ("reduce", "comm_us", lambda partial: layer.reduce(partial)),
+        ("routing_us", lambda _: layer.route(x)),
+        ("comm_us", lambda routing: layer.dispatch(x, *routing)),
+        ("mxmoe_us", lambda dispatched: (dispatched, layer.compute(dispatched))),
+        ("comm_us", lambda result: layer.combine(*result)),
     ]
 
 
 def time_stages(stages, clock: Clock, repeats: int) -> dict:
-    """Medians over `repeats` forwards (after two untimed ones) of each kind of stage and of the total."""
+    """Medians over `repeats` eager forwards (after two untimed ones) of each kind of stage and of the
+    total."""
     totals, per_kind = [], {}
     for repeat in range(repeats + 2):
         dist.barrier()
         clock.mark()
         result = None
-        for _, _, run in stages:
+        for _, run in stages:
             result = run(result)
             clock.mark()
         us = clock.intervals_us()
@@ -178,11 +247,44 @@ def time_stages(stages, clock: Clock, repeats: int) -> dict:
             continue
         totals.append(sum(us))
         kinds = {}
-        for (_, kind, _), stage_us in zip(stages, us):
+        for (kind, _), stage_us in zip(stages, us):
             kinds[kind] = kinds.get(kind, 0.0) + stage_us
         for kind, value in kinds.items():
             per_kind.setdefault(kind, []).append(value)
     return {"total_us": statistics.median(totals), **{k: statistics.median(v) for k, v in per_kind.items()}}
+
+
+def replay_us(calls, cuda: bool, repeats: int) -> float:
+    """Median microseconds of calls(): one replay of its CUDA graph, replays queued back to back behind a
+    device sleep; on the CPU, eager calls by the host clock, each after a barrier."""
+    if not cuda:
+        clock = Clock(False)
+        return time_stages([("total_us", lambda _: calls())], clock, repeats)["total_us"]
+    graph = capture(calls)
+    dist.barrier()
+    torch.cuda.synchronize()
+    events = [torch.cuda.Event(enable_timing=True) for _ in range(repeats + 2)]
+    torch.cuda._sleep(20_000_000)  # about 10 ms: the host queues every replay before the first starts
+    events[0].record()
+    for event in events[1:]:
+        graph.replay()
+        event.record()
+    events[-1].synchronize()
+    us = [a.elapsed_time(b) * 1e3 for a, b in zip(events[1:], events[2:])]  # the first replay absorbs the ranks' skew
+    del graph
+    return statistics.median(us)
+
+
+def whole_layer(weights: mxmoe.Weights, device: torch.device, group, max_tokens: int):
+    """The whole layer on this rank's device: mxmoe.torch.MoeLayer, or on the CPU a tensor-parallel layer
+    of one rank (the CPU layer through the same tensors)."""
+    if device.type == "cuda":
+        return mxmoe.torch.MoeLayer(weights, device, max_tokens)
+    return TensorParallelLayer(weights, group, device, max_tokens)
+
+
+def relative_error(got: torch.Tensor, want: torch.Tensor) -> float:
+    return (torch.linalg.norm(got.float() - want.float()) / torch.linalg.norm(want.float())).item()
 
 
 def run_rank(args) -> None:
@@ -193,43 +295,85 @@ def run_rank(args) -> None:
     device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
     dist.init_process_group("nccl" if cuda else "gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
-    clock = Clock(cuda)
-    if world == 1:  # the whole layer (a tensor-parallel layer of one rank), also at each world x T
-        layouts = [("one-gpu", TensorParallelLayer, tp_stages)]
+    own_group = [dist.new_group([r]) for r in range(world)][rank]  # every rank makes every group
+    if world == 1:  # the whole layer, also at each world x T
         tokens_list = sorted({w * t for w in [1, *args.worlds] for t in args.tokens})
-    else:  # checked against the whole layer in a group of its rank alone (every rank makes every group)
-        layouts = [("ep", ExpertParallelLayer, ep_stages), ("tp", TensorParallelLayer, tp_stages)]
+    else:
         tokens_list = args.tokens
-        own_group = [dist.new_group([r]) for r in range(world)][rank]
+    max_tokens = max(tokens_list)
     records = []
     for model in args.models:
         weights = mxmoe.synthetic_weights(*SHAPES[model], seed=0)
-        whole = None
-        if world > 1:
-            whole = TensorParallelLayer(weights, own_group, device, max(tokens_list))
-            router_weight, router_bias = (torch.from_numpy(a).to(device) for a in weights.router)
-        for layout, cls, stages_of in layouts:
-            layer = cls(weights, device=device, max_tokens=max(tokens_list))
+        hidden = SHAPES[model][2]
+        whole = whole_layer(weights, device, own_group, max_tokens)
+        router_weight, router_bias = (torch.from_numpy(a).to(device) for a in weights.router)
+        if world == 1:
             for tokens in tokens_list:
-                seed = rank if layout == "ep" else 0  # expert parallel: each rank's own tokens
-                gen = torch.Generator(device).manual_seed(seed)
-                x = torch.randn(tokens, SHAPES[model][2], generator=gen, device=device).bfloat16()
-                record = {"model": model, "layout": layout, "world": world, "rank": rank, "tokens": tokens,
-                          **time_stages(stages_of(layer, x), clock, args.repeats)}
-                if whole is not None:
+                x = torch.randn(tokens, hidden, generator=torch.Generator(device).manual_seed(0), device=device).bfloat16()
+                records.append({"model": model, "layout": "one-gpu", "world": 1, "rank": rank, "tokens": tokens,
+                                "captured": cuda, "total_us": replay_us(lambda: whole(x), cuda, args.repeats)})
+        else:
+            # One expert-parallel layer for both paths: the low-latency path by its forward (which takes it
+            # at every T here), the all-to-all path by its stages.
+            ep = ExpertParallelLayer(weights, device=device, max_tokens=max_tokens, low_latency_max_tokens=max_tokens)
+            tp = TensorParallelLayer(weights, device=device, max_tokens=max_tokens)
+            for tokens in tokens_list:
+                for layout in LAYOUTS:
+                    seed = rank if layout.startswith("ep") else 0  # expert parallel: each rank's own tokens
+                    gen = torch.Generator(device).manual_seed(seed)
+                    x = torch.randn(tokens, hidden, generator=gen, device=device).bfloat16()
+                    record = {"model": model, "layout": layout, "world": world, "rank": rank, "tokens": tokens,
+                              **time_layout(layout, ep, tp, x, cuda, args.repeats)}
                     logits = torch.nn.functional.linear(x.float(), router_weight, router_bias)
-                    got, want = layer(x, logits).float(), whole(x, logits).float()
-                    record["error"] = (torch.linalg.norm(got - want) / torch.linalg.norm(want)).item()
-                records.append(record)
-            layer.free()
-        if whole is not None:
-            whole.free()
+                    record["error"] = relative_error(check_output(layout, ep, tp, x, logits), whole(x, logits))
+                    records.append(record)
+            ep.free()
+            tp.free()
+        whole.free()
     gathered = [None] * world if rank == 0 else None
     dist.gather_object(records, gathered)
     if rank == 0:
         with open(args.rank_records, "w") as f:
             json.dump([r for rank_records in gathered for r in rank_records], f)
     dist.destroy_process_group()
+
+
+def time_layout(layout: str, ep: ExpertParallelLayer, tp: TensorParallelLayer, x: torch.Tensor, cuda: bool,
+                repeats: int) -> dict:
+    """The timings of one layout at x's T on this rank (see the module's docstring)."""
+    tokens, hidden = x.shape
+    world = ep.world
+    if layout == "ep-a2a":
+        return {"captured": False, **time_stages(a2a_stages(ep, x), Clock(cuda), repeats)}
+    if layout == "ep-ll":
+        send = torch.zeros(tokens, hidden, dtype=torch.bfloat16, device=x.device)
+        gathered_rows = send.new_zeros(world * tokens, hidden)
+
+        def collectives():
+            dist.all_gather_into_tensor(gathered_rows, send)
+            dist.reduce_scatter_tensor(send, gathered_rows)
+
+        gathered = ep.gather(x, tokens)
+        return {"captured": cuda,
+                "total_us": replay_us(lambda: ep(x, max_rank_tokens=tokens), cuda, repeats),
+                "comm_us": replay_us(collectives, cuda, repeats),
+                "mxmoe_us": replay_us(lambda: ep.compute_gathered(gathered), cuda, repeats)}
+    reduced = torch.zeros(tokens, hidden, dtype=torch.bfloat16, device=x.device)
+    return {"captured": cuda,
+            "total_us": replay_us(lambda: tp(x), cuda, repeats),
+            "comm_us": replay_us(lambda: dist.all_reduce(reduced), cuda, repeats),
+            "mxmoe_us": replay_us(lambda: tp.compute(x), cuda, repeats)}
+
+
+def check_output(layout: str, ep: ExpertParallelLayer, tp: TensorParallelLayer, x: torch.Tensor,
+                 logits: torch.Tensor) -> torch.Tensor:
+    """The layout's eager output for x routed by `logits`."""
+    if layout == "ep-ll":
+        return ep(x, logits, max_rank_tokens=x.shape[0])
+    if layout == "ep-a2a":
+        dispatched = ep.dispatch(x, *ep.route(x, logits))
+        return ep.combine(dispatched, ep.compute(dispatched))
+    return tp(x, logits)
 
 
 if __name__ == "__main__":

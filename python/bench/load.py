@@ -7,9 +7,9 @@
 Per model shape, each path's seconds to a ready layer (torch.cuda.synchronize() after it; median of
 --repeats) and the rate in GB/s of the layer's MXFP4 checkpoint bytes:
   dense GPU      transformers' dense experts (gate_up_proj [E, H, 2I], down_proj [E, I, H], bf16, values
-                 that were MXFP4) already on the GPU -> mxmoe.torch.layer_from_tensors (quantised and
+                 that were MXFP4) already on the GPU -> mxmoe.torch.MoeLayer.from_tensors (quantised and
                  repacked by kernels)
-  MXFP4 GPU      the checkpoint's MXFP4 tensors already on the GPU -> layer_from_tensors (repacked)
+  MXFP4 GPU      the checkpoint's MXFP4 tensors already on the GPU -> MoeLayer.from_tensors (repacked)
   transformers   use_mxmoe() on a one-layer GptOssForCausalLM held on the GPU with dense experts
   host dense     (--host-baseline) the same dense experts from the host: mxmoe.weights_from_tensors
                  (the CPU quantiser) then MoeLayer, the path every dense model took before the GPU one
@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
 import statistics
 import subprocess
 import sys
@@ -155,7 +154,7 @@ def drop_page_cache(directory: Path) -> None:
 
 
 def checkpoint_layer_seconds(directory: Path, layers: int) -> float:
-    """Median seconds per layer of load_checkpoint + MoeLayer over the checkpoint's layers."""
+    """Median seconds per layer of load_checkpoint + MoeLayer over the checkpoint's first `layers` layers."""
     times = []
     for layer in range(layers):
         start = time.perf_counter()
@@ -166,12 +165,22 @@ def checkpoint_layer_seconds(directory: Path, layers: int) -> float:
     return statistics.median(times)
 
 
+def warm_page_cache(directory: Path) -> None:
+    """Reads the checkpoint's files once, so that the next load finds them in the page cache."""
+    for f in directory.glob("*.safetensors"):
+        with open(f, "rb", buffering=0) as fh:
+            while fh.read(64 << 20):
+                pass
+
+
 def whole_model(directory: Path, cold: bool) -> dict | None:
     """load_model of every layer in a child process: {seconds, rss_before_gb, rss_peak_gb}."""
     if not hasattr(mxtorch, "load_model"):
         return None
     if cold:
         drop_page_cache(directory)
+    else:
+        warm_page_cache(directory)
     run = subprocess.run([sys.executable, __file__, "--child-load", str(directory)], capture_output=True, text=True)
     if run.returncode != 0:
         raise RuntimeError(f"the child load failed:\n{run.stderr}")
@@ -187,13 +196,15 @@ def child_load(directory: str) -> None:
     layers = mxtorch.load_model(directory, device="cuda", quiet=True)
     torch.cuda.synchronize()
     elapsed = time.perf_counter() - start
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
-    print(json.dumps({"layers": len(layers), "seconds": elapsed, "rss_before_gb": before, "rss_peak_gb": peak}))
+    print(json.dumps({"layers": len(layers), "seconds": elapsed, "rss_before_gb": before,
+                      "rss_peak_gb": resident_gb("VmHWM")}))
 
 
-def resident_gb() -> float:
+def resident_gb(field: str = "VmRSS") -> float:
+    """This process's resident memory now (VmRSS) or at its peak (VmHWM), in GiB. Not getrusage's
+    ru_maxrss: a child started by fork and exec inherits its parent's peak there."""
     for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
+        if line.startswith(field + ":"):
             return int(line.split()[1]) / 2**20
     return float("nan")
 
@@ -204,6 +215,7 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=8, help="layers of the synthetic checkpoints")
     parser.add_argument("--dir", default="/tmp/mxmoe-load-bench", help="where the checkpoints are written")
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--per-layer", type=int, default=3, help="layers timed one by one from the checkpoint")
     parser.add_argument("--host-baseline", action="store_true", help="also time the host quantiser path")
     parser.add_argument("--json", help="write the rows here")
     parser.add_argument("--child-load", help=argparse.SUPPRESS)
@@ -218,10 +230,10 @@ def main() -> None:
         mx = layer_tensors(e, h, i, seed=0)
         gb = checkpoint_bytes(mx) / 1e9
         row = {"model": model, "layer_gb": gb}
-        if hasattr(mxtorch, "layer_from_tensors"):
-            row["mxfp4_gpu_s"] = seconds(lambda: mxtorch.layer_from_tensors(mx, top_k=k), args.repeats)
+        if hasattr(mxtorch.MoeLayer, "from_tensors"):
+            row["mxfp4_gpu_s"] = seconds(lambda: mxtorch.MoeLayer.from_tensors(mx, top_k=k), args.repeats)
             dense = dense_of(mx)
-            row["dense_gpu_s"] = seconds(lambda: mxtorch.layer_from_tensors(dense, top_k=k), args.repeats)
+            row["dense_gpu_s"] = seconds(lambda: mxtorch.MoeLayer.from_tensors(dense, top_k=k), args.repeats)
         else:
             dense = dense_of(mx)
         row["transformers_s"] = transformers_seconds(dense, e, k, h, i)
@@ -232,10 +244,11 @@ def main() -> None:
 
         directory = Path(args.dir) / f"{model}-{args.layers}"
         row["checkpoint_layer_gb"] = write_checkpoint(directory, model, args.layers) / 1e9
-        checkpoint_layer_seconds(directory, 1)  # the files' first read: the page cache fills
-        row["checkpoint_warm_s"] = checkpoint_layer_seconds(directory, args.layers)
+        per_layer = min(args.per_layer, args.layers)
+        warm_page_cache(directory)
+        row["checkpoint_warm_s"] = checkpoint_layer_seconds(directory, per_layer)
         drop_page_cache(directory)
-        row["checkpoint_cold_s"] = checkpoint_layer_seconds(directory, args.layers)
+        row["checkpoint_cold_s"] = checkpoint_layer_seconds(directory, per_layer)
         row["model_warm"] = whole_model(directory, cold=False)
         row["model_cold"] = whole_model(directory, cold=True)
         rows.append(row)

@@ -3,6 +3,7 @@ PyTorch's current stream, with no host synchronisation, so that it can be captur
 
     import mxmoe, mxmoe.torch
     layer = mxmoe.torch.MoeLayer(mxmoe.load_checkpoint(path, layer=3), device="cuda")
+    layer = mxmoe.torch.MoeLayer.from_tensors(cuda_tensors, top_k=4)   # quantised/repacked on their GPU
     y = layer(x)                     # x [T, H] bf16 on that device -> y [T, H] bf16
     y = layer(x, router_logits)      # router_logits [T, E] float32
     y = layer.experts(x, topk_ids, topk_weights)   # the engine form: routing done by the caller
@@ -11,22 +12,25 @@ Under torch.compile the calls are the custom ops torch.ops.mxmoe.layer and torch
 (with fake implementations), so a model that uses them traces (fullgraph too); eager calls run the
 same implementation without the dispatcher's round trip through Python. Inference only: no
 backward. The extension takes device pointers and a stream handle, so it does not depend on the
-PyTorch version; the workspace comes from PyTorch's allocator, which a graph capture gives its own
-pool.
+PyTorch version. All device memory comes from PyTorch's caching allocator: the weights a layer holds
+(MoeLayer.nbytes, counted by torch.cuda.memory_allocated()), the scratch of its load, and the
+workspace of each call, which a graph capture takes from its own pool.
 """
 
 from __future__ import annotations
 
 import itertools
+import sys
 import weakref
-from typing import Optional
+from collections.abc import Iterable, Mapping
+from typing import Any, Optional
 
 import torch
 
 import mxmoe
 from . import _mxmoe
 
-__all__ = ["MoeLayer"]
+__all__ = ["MoeLayer", "load_model"]
 
 # Custom ops take tensors and plain values: a layer is passed as its handle, a key of this table,
 # which does not keep the layer alive (a layer dropped without free() releases its device memory).
@@ -39,7 +43,8 @@ class MoeLayer(torch.nn.Module):
 
     def __init__(self, weights: mxmoe.Weights, device: torch.device | str | int | None = None,
                  max_tokens: int | None = None):
-        """`max_tokens`, when given, prepares every launch up to that many tokens now (kernels loaded,
+        """Host weights, uploaded to `device` (default: the current CUDA device) and repacked there.
+        `max_tokens`, when given, prepares every launch up to that many tokens now (kernels loaded,
         launch geometry decided), so that no later call, and no graph capture, waits on either."""
         super().__init__()
         if not isinstance(weights, mxmoe.Weights):
@@ -49,16 +54,76 @@ class MoeLayer(torch.nn.Module):
             raise ValueError(f"device: expected a CUDA device, got {device}")
         if device.index is None:
             device = torch.device("cuda", torch.cuda.current_device())
+        self._build(device, weights.shape, weights.routed_experts, max_tokens,
+                    lambda memory: _mxmoe.Runner(weights._core, device.index, memory.allocate, memory.release))
+
+    @classmethod
+    def from_tensors(cls, tensors: Mapping[str, Any], *, top_k: int = 4, max_tokens: int | None = None) -> MoeLayer:
+        """One layer from its tensors on a CUDA device, by the names mxmoe.weights_from_tensors takes
+        (Hugging Face or openai MXFP4 blocks and scales, or transformers' dense experts
+        gate_up_proj [E, H, 2I] and down_proj [E, I, H]), built on their device with no copy through
+        the host: MXFP4 experts are repacked there, dense ones (bf16 or float32; float16 is widened to
+        float32) quantised to MXFP4 there from their own values, bit for bit as weights_from_tensors
+        quantises the same values on the host where they are bf16 values (it rounds others to bf16
+        first). Router weights and biases may be bf16, float32 or float16 (widened); the layer keeps
+        the router weight in bf16 (rounded to nearest even) and the biases in float32 (exactly, where
+        weights_from_tensors rounds them to bf16). A tensor that is not contiguous, or not 16-byte
+        aligned, is copied. The load runs on PyTorch's current stream and has finished when this
+        returns, so the tensors may be freed or changed after."""
+        mxmoe._check_int("top_k", top_k)
+        if not isinstance(tensors, Mapping):
+            raise TypeError(f"tensors: expected a mapping of names to CUDA tensors, got {type(tensors).__name__}")
+        shape, device, members = _device_tensors(tensors, top_k)
+        layer = cls.__new__(cls)
+        torch.nn.Module.__init__(layer)
+        stream = torch.cuda.current_stream(device).cuda_stream
+        described = {name: (t.data_ptr(), _DEVICE_DTYPES[t.dtype], list(t.shape)) for name, t in members.items()}
+        layer._build(device, shape, shape.num_experts, max_tokens,
+                     lambda memory: _mxmoe.Runner(tuple(shape), described, stream, device.index, memory.allocate,
+                                                  memory.release))
+        return layer
+
+    def _build(self, device: torch.device, shape: mxmoe.Shape, routed_experts: int, max_tokens, make_runner) -> None:
+        if max_tokens is not None:
+            mxmoe._check_int("max_tokens", max_tokens)
         self.device = device
-        self.shape = weights.shape
-        self.routed_experts = weights.routed_experts
-        self._runner = _mxmoe.Runner(weights._core, device.index)
+        self.shape = shape
+        self.routed_experts = routed_experts
+        self._memory = _TorchMemory(device)
+        # Blocks torch hands out may still be in use by work queued on its current stream, which
+        # orders only that stream's later work; a host load writes them from a stream of its own.
+        torch.cuda.current_stream(device).synchronize()
+        try:
+            self._runner = make_runner(self._memory)
+        except mxmoe.Error as e:
+            # A failed allocation: PyTorch's out-of-memory error stays one (engines catch it), with
+            # mxmoe's message naming the layer, the allocation and its bytes.
+            cause = self._memory.error
+            if isinstance(cause, torch.cuda.OutOfMemoryError):
+                raise torch.cuda.OutOfMemoryError(f"mxmoe: {e}: {cause}") from cause
+            if cause is not None:
+                raise mxmoe.Error(f"{e}: {type(cause).__name__}: {cause}") from cause
+            raise
         self._freed = False  # a Python flag, which torch.compile can trace (the extension's objects it cannot)
         self._handle = next(_HANDLES)
         _LAYERS[self._handle] = self
         if max_tokens is not None:
-            mxmoe._check_int("max_tokens", max_tokens)
             self._runner.prepare(int(max_tokens))
+
+    @property
+    def nbytes(self) -> int:
+        """Device memory the layer holds: its packed weights, taken from PyTorch's caching allocator
+        (so torch.cuda.memory_allocated() counts them) in 512-byte blocks; 0 once freed. A call's
+        workspace is not held: each call takes workspace_size(T) bytes from the same allocator and
+        gives them back as it returns (inside a CUDA graph, from the graph's pool), as any op's
+        temporaries, so an engine's memory profiling sees it as activation memory."""
+        return self._memory.nbytes
+
+    def workspace_size(self, tokens: int) -> int:
+        """Bytes of workspace a call of `tokens` tokens takes from PyTorch's allocator."""
+        self._check_live()
+        mxmoe._check_int("tokens", tokens)
+        return self._runner.workspace_size(int(tokens))
 
     def forward(self, x: torch.Tensor, router_logits: Optional[torch.Tensor] = None) -> torch.Tensor:
         self._check_live()
@@ -92,7 +157,9 @@ class MoeLayer(torch.nn.Module):
         return _run_experts(self, x, topk_ids, topk_weights)
 
     def free(self) -> None:
-        """Frees the layer's device memory now; a later call raises ValueError."""
+        """Gives the layer's device memory back to PyTorch's allocator now (after the device has
+        finished its work, as cudaFree would); a later call raises ValueError. A layer that is
+        collected without free() gives it back then."""
         _LAYERS.pop(self._handle, None)
         self._freed = True
         self._runner.free()
@@ -105,6 +172,112 @@ class MoeLayer(torch.nn.Module):
     def _check_live(self) -> None:
         if self._freed:
             raise ValueError("layer: this layer was freed")
+
+
+def _empty(nbytes: int, device: torch.device) -> torch.Tensor:
+    return torch.empty(nbytes, dtype=torch.uint8, device=device)
+
+
+class _TorchMemory:
+    """A layer's device memory from PyTorch's caching allocator: the runner's allocate and release
+    callbacks. Each allocation is a uint8 tensor, held until the runner releases its address. Torch
+    hands out 512-byte-aligned blocks in multiples of 512 bytes; the runner needs 256-byte alignment
+    (and checks it), and asks in multiples of 256, so a request is rounded up to torch's block and
+    nbytes is what torch counts."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.error: Optional[BaseException] = None  # the exception of an allocate that failed
+        self._held: dict[int, torch.Tensor] = {}
+
+    @property
+    def nbytes(self) -> int:
+        return sum(t.numel() for t in self._held.values())
+
+    def allocate(self, nbytes: int) -> int:
+        """A device address of at least `nbytes` bytes, or 0 (the exception kept in `error`): no
+        exception may cross the extension's C callback."""
+        try:
+            t = _empty(-(-nbytes // 512) * 512, self.device)
+        except Exception as e:  # noqa: BLE001 - torch.cuda.OutOfMemoryError above all; re-raised by MoeLayer
+            self.error = e
+            return 0
+        self._held[t.data_ptr()] = t
+        return t.data_ptr()
+
+    def release(self, address: int) -> None:
+        t = self._held.pop(address, None)
+        # The device may still be reading the memory from another stream than the one torch would
+        # next hand it out on: wait for it, as cudaFree does (not inside a capture, which a sync
+        # breaks, nor at exit).
+        if t is not None and not sys.is_finalizing() and not torch.cuda.is_current_stream_capturing():
+            torch.cuda.synchronize(self.device)
+
+
+# The extension's names of a device tensor's dtypes, and where each tensor of from_tensors goes.
+_DEVICE_DTYPES = {torch.uint8: "U8", torch.bfloat16: "BF16", torch.float32: "F32"}
+_DENSE_MEMBERS = {"router_weight": "router_weight", "router_bias": "router_bias", "gate_up": "gate_up",
+                  "gate_up_bias": "fc1_bias", "down": "down", "down_bias": "fc2_bias"}
+
+
+def _device_tensors(tensors: Mapping[str, Any], top_k: int):
+    """(shape, device, {DeviceLayerTensors member: tensor}) of one layer's CUDA tensors, each checked
+    against the layer's shape, float16 widened to float32 and made contiguous."""
+    for names in (mxmoe._HF_NAMES, mxmoe._OPENAI_NAMES):
+        if mxmoe._find(tensors, names["fc1_blocks"], required=False) is not None:
+            break
+    else:
+        names = mxmoe._DENSE_NAMES
+        if mxmoe._find(tensors, names["gate_up"], required=False) is None:
+            raise ValueError("tensors: no MoE expert tensors (looked for names ending in "
+                             f"'{mxmoe._HF_NAMES['fc1_blocks']}', '{mxmoe._OPENAI_NAMES['fc1_blocks']}' or "
+                             f"'{mxmoe._DENSE_NAMES['gate_up']}')")
+    found = {key: mxmoe._find(tensors, suffix) for key, suffix in names.items()}
+    dense = names is mxmoe._DENSE_NAMES
+    first = names["gate_up" if dense else "fc1_blocks"]
+    lead = found["gate_up" if dense else "fc1_blocks"]
+    if not isinstance(lead, torch.Tensor) or lead.device.type != "cuda":
+        got = lead.device if isinstance(lead, torch.Tensor) else type(lead).__name__
+        raise ValueError(f"{first}: expected a CUDA tensor, got {got} (mxmoe.weights_from_tensors takes host arrays)")
+    device = lead.device
+    if dense:
+        if lead.dim() != 3 or lead.shape[2] % 2:
+            raise ValueError(f"{first}: expected [E, H, 2I], got {list(lead.shape)}")
+        e, h, rows1 = lead.shape
+        expected = {"router_weight": [(e, h)], "router_bias": [(e,)], "gate_up": [(e, h, rows1)],
+                    "gate_up_bias": [(e, rows1)], "down": [(e, rows1 // 2, h)], "down_bias": [(e, h)]}
+    else:
+        if lead.dim() != 4 or lead.shape[3] != 16 or lead.shape[1] % 2:
+            raise ValueError(f"{first}: expected [E, 2I, H/32, 16] uint8, got {list(lead.shape)}")
+        e, rows1, h_blocks, _ = lead.shape
+        h, i = 32 * h_blocks, rows1 // 2
+        expected = {"router_weight": [(e, h)], "router_bias": [(e,)], "fc1_blocks": [(e, rows1, h_blocks, 16)],
+                    "fc1_scales": [(e, rows1, h_blocks)], "fc1_bias": [(e, rows1)],
+                    "fc2_blocks": [(e, h, i // 32, 16), (e, h, i // 2)], "fc2_scales": [(e, h, i // 32)],
+                    "fc2_bias": [(e, h)]}
+    members = {}
+    for key, shapes in expected.items():
+        name, t = names[key], found[key]
+        codes = key.endswith(("_blocks", "_scales"))
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name}: expected a CUDA torch.Tensor, got {type(t).__name__}")
+        if t.device != device:
+            raise ValueError(f"{name}: expected a tensor on {device} (where {first} is), got one on {t.device}")
+        if codes and t.dtype != torch.uint8:
+            raise TypeError(f"{name}: expected torch.uint8 (packed E2M1 codes or E8M0 scales), got {t.dtype}")
+        if not codes and t.dtype not in (torch.bfloat16, torch.float32, torch.float16):
+            raise TypeError(f"{name}: expected torch.bfloat16, torch.float32 or torch.float16, got {t.dtype}")
+        if tuple(t.shape) not in shapes:
+            raise ValueError(f"{name}: expected shape {' or '.join(str(list(s)) for s in shapes)}, got {list(t.shape)}")
+        t = t.detach()
+        if t.dtype == torch.float16:
+            t = t.float()
+        t = t.contiguous()
+        if t.data_ptr() % 16:  # a view into another tensor: the runner reads 16-byte words
+            t = t.clone()
+        members[_DENSE_MEMBERS[key] if dense else key] = t
+    mxmoe._check_top_k(top_k, e)
+    return mxmoe.Shape(int(e), top_k, int(h), int(rows1) // 2), device, members
 
 
 def _check_tensor(t, name: str, dtype: torch.dtype, device: torch.device, shape) -> None:
@@ -194,3 +367,45 @@ def _experts(x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor
 @_experts.register_fake
 def _(x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor, handle: int) -> torch.Tensor:
     return torch.empty_like(x)
+
+
+# ---- Whole-model loading ----
+def load_model(path: str, layers: Iterable[int] | None = None, device: torch.device | str | int | None = None,
+               quiet: bool = False, max_tokens: int | None = None, *, scheme: str | None = None,
+               quantize_bf16_experts: bool = False) -> list[MoeLayer]:
+    """A MoeLayer for each of `layers` (default: every layer the checkpoint holds) of a gpt-oss
+    checkpoint, in order, loaded a layer at a time: each layer's tensors are checked, read from the
+    files into pinned memory and repacked on `device`, while the next layer is read ahead, so the
+    process holds one layer's host memory at most. Prints a line per layer to stderr (layers done,
+    GB, GB/s) and a summary unless `quiet`. `max_tokens`, `scheme` and `quantize_bf16_experts` are
+    MoeLayer's and mxmoe.load_checkpoint's."""
+    if scheme not in (None, "openai", "hf"):
+        raise ValueError(f"scheme: expected 'openai', 'hf' or None, got {scheme!r}")
+    wanted: list[int] = []
+    if layers is not None:
+        for layer in layers:
+            mxmoe._check_int("layers", layer)
+            if layer < 0:
+                raise ValueError(f"layers: expected layer indices >= 0, got {layer}")
+            wanted.append(int(layer))
+        if not wanted:
+            raise ValueError("layers: expected at least one layer")
+    loaded: list[MoeLayer] = []
+    totals = {"bytes_done": 0, "seconds_done": 0.0}
+
+    def on_layer(index: int, core) -> None:
+        loaded.append(MoeLayer(mxmoe.Weights(core), device, max_tokens))
+
+    def on_progress(p: dict) -> None:
+        totals.update(p)
+        if not quiet:
+            print(f"mxmoe: layer {p['layer']} ({p['layers_done']}/{p['layers_total']}): "
+                  f"{p['layer_bytes'] / 1e9:.2f} GB in {p['layer_seconds']:.3f} s, "
+                  f"{p['layer_bytes'] / 1e9 / p['layer_seconds']:.2f} GB/s", file=sys.stderr, flush=True)
+
+    _mxmoe.for_each_layer(str(path), wanted, scheme, bool(quantize_bf16_experts), on_layer, on_progress)
+    if not quiet and loaded:
+        gb, seconds = totals["bytes_done"] / 1e9, totals["seconds_done"]
+        print(f"mxmoe: loaded {len(loaded)} layers, {gb:.2f} GB in {seconds:.2f} s, {gb / seconds:.2f} GB/s",
+              file=sys.stderr, flush=True)
+    return loaded

@@ -5,17 +5,23 @@
 #include <cuda_runtime.h>
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
+#include <nanobind/stl/map.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
+#include <algorithm>
 #include <cstring>
+#include <map>
 #include <memory>
+#include <tuple>
+#include <utility>
 
 #include "mxmoe/checkpoint.hpp"
 #include "mxmoe/device.hpp"
 #include "mxmoe/error.hpp"
+#include "mxmoe/model_loader.hpp"
 #include "mxmoe/reference.hpp"
 #include "mxmoe/runner.hpp"
 
@@ -157,17 +163,113 @@ auto cpu_experts(const Weights& weights, const Bf16Array<2>& x, const HostArray<
   return bf16_result(std::move(r.out_bf16), x.shape(0), x.shape(1));
 }
 
-// The GPU layer on one device: owns the repacked weights there until free() or collection.
+// A Python allocator as the runner's DeviceAllocator: allocate(nbytes) -> int, a device address on
+// the current device (0 for none), and release(address) -> None. The callbacks take the GIL, so a
+// runner may be built with it released and freed with or without it. No Python exception crosses
+// them: allocate's becomes a null address, its message kept for the runner's Error; release's is
+// reported as unraisable and the memory left to the allocator.
+class PyAllocator {
+ public:
+  PyAllocator(nb::callable allocate, nb::callable release)
+      : allocate_(std::move(allocate)), release_(std::move(release)) {}
+  ~PyAllocator() {
+    if (!Py_IsInitialized()) {  // the interpreter is gone: nothing left to release the references to
+      allocate_.release();
+      release_.release();
+      return;
+    }
+    nb::gil_scoped_acquire gil;
+    allocate_.reset();
+    release_.reset();
+  }
+  PyAllocator(const PyAllocator&) = delete;
+  PyAllocator& operator=(const PyAllocator&) = delete;
+
+  DeviceAllocator callbacks() { return {&allocate, &release, this}; }
+  // The message of the last allocate that raised, cleared.
+  std::string take_error() { return std::exchange(error_, {}); }
+
+ private:
+  static void* allocate(size_t bytes, void* context) noexcept {
+    auto* self = static_cast<PyAllocator*>(context);
+    if (!Py_IsInitialized()) return nullptr;
+    nb::gil_scoped_acquire gil;
+    try {
+      return reinterpret_cast<void*>(nb::cast<uintptr_t>(self->allocate_(bytes)));
+    } catch (nb::python_error& e) {
+      self->error_ = std::string(nb::type_name(e.type()).c_str()) + ": " + nb::str(e.value()).c_str();
+    } catch (const nb::cast_error&) {
+      self->error_ = "allocate returned no int (a device address)";
+    } catch (const std::exception& e) {
+      self->error_ = e.what();
+    }
+    return nullptr;
+  }
+  static void release(void* ptr, size_t, void* context) noexcept {
+    auto* self = static_cast<PyAllocator*>(context);
+    if (!Py_IsInitialized()) return;  // the interpreter is gone, and the allocator's memory with it
+    nb::gil_scoped_acquire gil;
+    try {
+      self->release_(reinterpret_cast<uintptr_t>(ptr));
+    } catch (nb::python_error& e) {
+      e.discard_as_unraisable("mxmoe: releasing a layer's device memory");
+    } catch (...) {
+    }
+  }
+
+  nb::object allocate_, release_;
+  std::string error_;
+};
+
+Dtype device_dtype(const std::string& name, const std::string& tensor) {
+  if (name == "U8") return Dtype::kU8;
+  if (name == "BF16") return Dtype::kBF16;
+  if (name == "F32") return Dtype::kF32;
+  throw Error(tensor + ": expected dtype U8, BF16 or F32, got " + name);
+}
+
+// One layer's device tensors by DeviceLayerTensors' member names: (address, dtype name, shape).
+using DeviceTensorMap = std::map<std::string, std::tuple<uintptr_t, std::string, std::vector<int64_t>>>;
+
+DeviceLayerTensors device_layer_tensors(const std::tuple<int, int, int, int>& shape, const DeviceTensorMap& tensors,
+                                        uintptr_t stream) {
+  DeviceLayerTensors t;
+  const auto [experts, top_k, hidden, intermediate] = shape;
+  t.shape = MoeShape{experts, top_k, hidden, intermediate, 1};
+  t.stream = reinterpret_cast<cudaStream_t>(stream);
+  const std::pair<const char*, DeviceTensor*> members[] = {
+      {"router_weight", &t.router_weight}, {"router_bias", &t.router_bias}, {"fc1_blocks", &t.fc1_blocks},
+      {"fc1_scales", &t.fc1_scales},       {"fc2_blocks", &t.fc2_blocks},   {"fc2_scales", &t.fc2_scales},
+      {"gate_up", &t.gate_up},             {"down", &t.down},               {"fc1_bias", &t.fc1_bias},
+      {"fc2_bias", &t.fc2_bias}};
+  for (const auto& [name, value] : tensors) {
+    auto member = std::find_if(std::begin(members), std::end(members), [&](const auto& m) { return name == m.first; });
+    if (member == std::end(members)) throw Error("device layer tensors: no tensor is named " + name);
+    const auto& [address, dtype, dims] = value;
+    *member->second = DeviceTensor{reinterpret_cast<const void*>(address), device_dtype(dtype, name), dims};
+  }
+  return t;
+}
+
+// The GPU layer on one device: owns the repacked weights there until free() or collection. Their
+// memory comes from cudaMalloc, or from a Python allocator (PyAllocator).
 class Runner {
  public:
-  Runner(const Weights& weights, int device) : device_(device) {
-    if (device < 0 || device >= static_cast<int>(list_gpus().size())) {
-      throw Error("device " + std::to_string(device) + ": no such CUDA device (" + std::to_string(list_gpus().size()) +
-                  " visible)");
-    }
-    DeviceScope scope(device_);
-    runner_ = std::make_unique<MoeRunner>(*weights.w);
+  Runner(const Weights& weights, int device, std::optional<nb::callable> allocate, std::optional<nb::callable> release)
+      : device_(checked_device(device)), allocator_(make_allocator(std::move(allocate), std::move(release))) {
+    build([&](const RunnerOptions& options) { return std::make_unique<MoeRunner>(*weights.w, options); });
   }
+  // Tensors on `device`, ready on `stream` (a cudaStream_t): see device_layer.hpp.
+  Runner(const std::tuple<int, int, int, int>& shape, const DeviceTensorMap& tensors, uintptr_t stream, int device,
+         std::optional<nb::callable> allocate, std::optional<nb::callable> release)
+      : device_(checked_device(device)), allocator_(make_allocator(std::move(allocate), std::move(release))) {
+    const DeviceLayerTensors t = device_layer_tensors(shape, tensors, stream);
+    build([&](const RunnerOptions& options) { return std::make_unique<MoeRunner>(t, options); });
+  }
+  ~Runner() { free(); }
+  Runner(const Runner&) = delete;
+  Runner& operator=(const Runner&) = delete;
+
   int device() const { return device_; }
   bool freed() const { return !runner_; }
   void free() {
@@ -175,6 +277,7 @@ class Runner {
     DeviceScope scope(device_);
     runner_.reset();
   }
+  size_t device_bytes() const { return live().device_bytes(); }
   size_t workspace_size(int tokens) const { return live().workspace_size(tokens); }
   void prepare(int tokens) const {
     DeviceScope scope(device_);
@@ -215,13 +318,79 @@ class Runner {
     }
     ~DeviceScope() { cudaSetDevice(previous); }
   };
+  static int checked_device(int device) {
+    if (device < 0 || device >= static_cast<int>(list_gpus().size())) {
+      throw Error("device " + std::to_string(device) + ": no such CUDA device (" + std::to_string(list_gpus().size()) +
+                  " visible)");
+    }
+    return device;
+  }
+  static std::unique_ptr<PyAllocator> make_allocator(std::optional<nb::callable> allocate,
+                                                     std::optional<nb::callable> release) {
+    if (!allocate != !release) throw Error("allocator: expected both allocate and release, or neither");
+    if (!allocate) return nullptr;
+    return std::make_unique<PyAllocator>(std::move(*allocate), std::move(*release));
+  }
+  // Loads the runner on this device with the GIL released (the allocator's callbacks take it back);
+  // a failed allocation's Error carries the allocator's exception.
+  template <typename Make>
+  void build(Make make) {
+    RunnerOptions options;
+    if (allocator_) options.allocator = allocator_->callbacks();
+    try {
+      nb::gil_scoped_release release;
+      DeviceScope scope(device_);
+      runner_ = make(options);
+    } catch (const Error& e) {
+      const std::string cause = allocator_ ? allocator_->take_error() : std::string();
+      if (cause.empty()) throw;
+      throw Error(std::string(e.what()) + " (" + cause + ")");
+    }
+  }
   const MoeRunner& live() const {
     if (!runner_) throw Error("this layer was freed");
     return *runner_;
   }
   int device_;
+  std::unique_ptr<PyAllocator> allocator_;  // declared first, destroyed last: the runner releases into it
   std::unique_ptr<MoeRunner> runner_;
 };
+
+
+// ---- Whole-model loading: the host stage of load_model, with each layer handed to Python ----
+// for_each_layer calls on_layer(layer, Weights) for each of `layers` in order (Python builds the
+// layer's runner there, through the same constructor as any other), then on_progress(dict) where
+// given; the next layer is read ahead into the page cache meanwhile. An empty `layers`: all of them.
+int count_layers(const std::string& path) { return count_gpt_oss_layers(Checkpoint::open(path)); }
+
+void for_each_layer(const std::string& path, std::vector<int> layers, std::optional<std::string> scheme,
+                    bool quantize, const nb::callable& on_layer, std::optional<nb::callable> on_progress) {
+  LoadOptions options;
+  if (scheme) options.scheme = parse_scheme(*scheme);
+  options.quantize_bf16_experts = quantize;
+  const Checkpoint checkpoint = Checkpoint::open(path);
+  if (layers.empty()) {
+    for (int l = 0, count = count_gpt_oss_layers(checkpoint); l < count; ++l) layers.push_back(l);
+    if (layers.empty()) load_gpt_oss_layer(checkpoint, 0, options);  // throws, naming what it looked for
+  }
+  LayerProgressCallback progress;
+  if (on_progress) {
+    progress = [&](const LayerLoadProgress& p) {
+      nb::dict d;
+      d["layer"] = p.layer;
+      d["layers_done"] = p.layers_done;
+      d["layers_total"] = p.layers_total;
+      d["layer_bytes"] = p.layer_bytes;
+      d["layer_seconds"] = p.layer_seconds;
+      d["bytes_done"] = p.bytes_done;
+      d["seconds_done"] = p.seconds_done;
+      (*on_progress)(d);
+    };
+  }
+  for_each_gpt_oss_layer(
+      checkpoint, layers, options,
+      [&](int layer, const LoadedLayer& loaded) { on_layer(layer, Weights::of(loaded.weights)); }, progress);
+}
 
 }  // namespace
 }  // namespace mxmoe
@@ -274,15 +443,26 @@ NB_MODULE(_mxmoe, m) {
   m.def("cpu_experts", &cpu_experts, "weights"_a, "x"_a, "topk_ids"_a, "topk_weights"_a);
   m.def("gpu_count", [] { return static_cast<int>(list_gpus().size()); });
   nb::class_<Runner>(m, "Runner")
-      .def(nb::init<const Weights&, int>(), "weights"_a, "device"_a)
+      .def(nb::init<const Weights&, int, std::optional<nb::callable>, std::optional<nb::callable>>(), "weights"_a,
+           "device"_a, "allocate"_a = nb::none(), "release"_a = nb::none())
+      .def(nb::init<const std::tuple<int, int, int, int>&, const DeviceTensorMap&, uintptr_t, int,
+                    std::optional<nb::callable>, std::optional<nb::callable>>(),
+           "shape"_a, "tensors"_a, "stream"_a, "device"_a, "allocate"_a = nb::none(), "release"_a = nb::none(),
+           "One layer's device tensors, {name: (address, 'U8' | 'BF16' | 'F32', shape)} by DeviceLayerTensors' "
+           "member names, ready on `stream`; shape (num_experts, top_k, hidden, intermediate).")
       .def_prop_ro("device", &Runner::device)
       .def_prop_ro("freed", &Runner::freed)
       .def("free", &Runner::free)
       .def_prop_ro("routed_experts", &Runner::routed_experts)
+      .def_prop_ro("device_bytes", &Runner::device_bytes)
       .def("workspace_size", &Runner::workspace_size, "tokens"_a)
       .def("prepare", &Runner::prepare, "tokens"_a)
       .def("forward", &Runner::forward, "x"_a, "router_logits"_a, "out"_a, "tokens"_a, "workspace"_a,
            "workspace_bytes"_a, "stream"_a)
       .def("forward_experts", &Runner::forward_experts, "x"_a, "topk_ids"_a, "ids_int64"_a, "topk_weights"_a, "out"_a,
            "tokens"_a, "workspace"_a, "workspace_bytes"_a, "stream"_a);
+  // Whole-model loading (see for_each_layer).
+  m.def("count_layers", &count_layers, "path"_a);
+  m.def("for_each_layer", &for_each_layer, "path"_a, "layers"_a, "scheme"_a.none(), "quantize_bf16_experts"_a,
+        "on_layer"_a, "on_progress"_a.none());
 }

@@ -1,9 +1,13 @@
 """mxmoe.distributed on the CPU (gloo), 2 and 4 processes: the expert- and tensor-parallel layers against
 the single-process CPU layer on the same tokens, routed by the layer's router, by given logits, and by
-the caller (the engine form); odd token counts, a rank with no tokens, ranks that receive none, routing
-skewed onto one rank; and bad input. Skipped without PyTorch's gloo backend."""
+the caller (the engine form); expert parallelism by each of its paths (low latency, with the ranks'
+token counts exchanged or given, and all-to-all), each checked to use its own collectives alone; odd
+token counts, a rank with no tokens, ranks that receive none, routing skewed onto one rank, unchecked
+out-of-range ids; and bad input. Skipped without PyTorch's gloo backend."""
 
 from __future__ import annotations
+
+import contextlib
 
 import numpy as np
 import pytest
@@ -20,9 +24,19 @@ from ranks import run_ranks  # noqa: E402
 
 SHAPES = {"E8-top2": (8, 2, 96, 160), "E32-top4": (32, 4, 256, 192)}  # E, k, H, I
 EP_TOKENS = {2: [7, 0], 4: [5, 0, 33, 1]}  # each rank's own tokens: odd counts, and a rank with none
+# The expert-parallel variants, by layer arguments and call arguments, and the only collectives each may
+# use: the low-latency path with the ranks' token counts exchanged (an all-gather) and with the most
+# tokens of a rank given (padded beyond it), and the all-to-all path.
+EP_VARIANTS = {
+    "ep-ll": ({}, {}, {"all_gather_into_tensor", "reduce_scatter_tensor"}),
+    "ep-ll-given": ({}, {"max_rank_tokens": 40}, {"all_gather_into_tensor", "reduce_scatter_tensor"}),
+    "ep-a2a": ({"low_latency_max_tokens": 0}, {}, {"all_gather_into_tensor", "all_to_all_single"}),
+}
+COLLECTIVES = ("all_gather_into_tensor", "reduce_scatter_tensor", "all_to_all_single", "all_reduce")
 TP_TOKENS = 9
-# A rank's partial sums are rounded to bf16 before they add up (in float32 for expert parallelism, in
-# bf16 by the all-reduce for tensor parallelism); the single-process layer rounds once.
+# A rank's partial sums are rounded to bf16 before they add up (in float32 by the all-to-all path of
+# expert parallelism, in bf16 by its low-latency path's reduce-scatter and by tensor parallelism's
+# all-reduce); the single-process layer rounds once.
 TOLERANCE = 5e-3
 
 
@@ -42,12 +56,16 @@ def ep_inputs(shape, world: int, rank: int) -> dict:
     skewed_logits = rng.normal(size=(tokens, e)).astype(np.float32)
     skewed_logits[:, :per_rank] += 8
     owners = rng.integers(0, world, size=(tokens, 1))
+    ids = rng.integers(-1, e - per_rank, size=(tokens, k))  # -1: a slot that goes to no expert
+    bad_ids = ids.copy()
+    bad_ids[::2, 0] = e + np.arange(bad_ids[::2].shape[0])  # out of range: unchecked, they add nothing
     return {
         "x": oracle.bf16_bits(rng.normal(size=(tokens, h))),
         "skewed_logits": skewed_logits,
-        "ids": rng.integers(-1, e - per_rank, size=(tokens, k)),  # -1: a slot that goes to no expert
+        "ids": ids,
         "weights": rng.random(size=(tokens, k)).astype(np.float32),
         "one_rank_ids": owners * per_rank + rng.integers(0, per_rank, size=(tokens, k)),
+        "bad_ids": bad_ids,
     }
 
 
@@ -67,6 +85,26 @@ def bf16_tensor(bits: np.ndarray) -> torch.Tensor:
     return torch.from_numpy(bits.view(np.int16)).view(torch.bfloat16)
 
 
+@contextlib.contextmanager
+def only_collectives(allowed):
+    """torch.distributed's collectives other than `allowed` raise while inside."""
+    saved = {name: getattr(dist, name) for name in COLLECTIVES}
+
+    def forbidden(name):
+        def call(*args, **kwargs):
+            raise AssertionError(f"{name}: not a collective of this path")
+        return call
+
+    for name in COLLECTIVES:
+        if name not in allowed:
+            setattr(dist, name, forbidden(name))
+    try:
+        yield
+    finally:
+        for name, fn in saved.items():
+            setattr(dist, name, fn)
+
+
 def rank_outputs(rank: int, world: int, folder) -> None:
     """One rank's outputs of every case, saved for the test process to compare."""
     out = {}
@@ -74,13 +112,19 @@ def rank_outputs(rank: int, world: int, folder) -> None:
         weights = layer_weights(shape)
         a = {key: torch.from_numpy(value) for key, value in ep_inputs(shape, world, rank).items()}
         x = bf16_tensor(a.pop("x").numpy())
+        for variant, (layer_args, call_args, allowed) in EP_VARIANTS.items():
+            ep = ExpertParallelLayer(weights, device="cpu", **layer_args)
+            with only_collectives(allowed):
+                out[f"{name}/{variant}/router"] = ep(x, **call_args)
+                out[f"{name}/{variant}/skewed"] = ep(x, a["skewed_logits"], **call_args)
+                out[f"{name}/{variant}/engine"] = ep.experts(x, a["ids"], a["weights"], **call_args)
+                out[f"{name}/{variant}/one_rank"] = ep.experts(x, a["one_rank_ids"], a["weights"], **call_args)
+                out[f"{name}/{variant}/unchecked"] = ep.experts(x, a["bad_ids"], a["weights"], check_ids=False,
+                                                                **call_args)
+            ep.free()
         ep = ExpertParallelLayer(weights, device="cpu")
-        out[f"{name}/ep/router"] = ep(x)
-        out[f"{name}/ep/skewed"] = ep(x, a["skewed_logits"])
-        out[f"{name}/ep/engine"] = ep.experts(x, a["ids"], a["weights"])
-        out[f"{name}/ep/one_rank"] = ep.experts(x, a["one_rank_ids"], a["weights"])
         for case, routing in (("skewed", ep.route(x, a["skewed_logits"])), ("engine", (a["ids"], a["weights"]))):
-            out[f"{name}/ep/{case}_rows_received"] = torch.tensor(sum(ep.dispatch(x, *routing).recv_splits))
+            out[f"{name}/ep-a2a/{case}_rows_received"] = torch.tensor(sum(ep.dispatch(x, *routing).recv_splits))
         a = {key: torch.from_numpy(value) for key, value in tp_inputs(shape, world).items()}
         x = bf16_tensor(a.pop("x").numpy())
         tp = TensorParallelLayer(weights, device="cpu")
@@ -105,8 +149,9 @@ def outputs(request, tmp_path_factory):
     return world, [dict(np.load(folder / f"rank{rank}.npz")) for rank in range(world)]
 
 
+@pytest.mark.parametrize("variant", EP_VARIANTS)
 @pytest.mark.parametrize("name", SHAPES)
-def test_expert_parallel_equals_the_single_process_layer(outputs, name):
+def test_expert_parallel_equals_the_single_process_layer(outputs, name, variant):
     world, per_rank = outputs
     shape = SHAPES[name]
     single = mxmoe.CpuLayer(layer_weights(shape))
@@ -114,22 +159,30 @@ def test_expert_parallel_equals_the_single_process_layer(outputs, name):
         a, y = ep_inputs(shape, world, rank), per_rank[rank]
         x = a["x"]
         if x.shape[0] == 0:  # a rank with no tokens takes part and gets no rows back
-            assert all(y[f"{name}/ep/{case}"].shape == (0, shape[2]) for case in ("router", "skewed", "engine"))
+            assert all(y[f"{name}/{variant}/{case}"].shape == (0, shape[2]) for case in ("router", "skewed", "engine"))
             continue
+        bad = a["bad_ids"]
         expected = {
             "router": single(x),
             "skewed": single(x, router_logits=a["skewed_logits"]),
             "engine": mxmoe.experts(x, a["ids"], a["weights"], single),
+            "unchecked": mxmoe.experts(x, np.where(bad >= shape[0], -1, bad), a["weights"], single),
         }
         for case, want in expected.items():
-            error = oracle.relative_error(y[f"{name}/ep/{case}"], want)
+            error = oracle.relative_error(y[f"{name}/{variant}/{case}"], want)
             assert error < TOLERANCE, f"{case}, rank {rank} of {world}: relative error {error:.2e}"
         # Each token's experts on one rank: its one partial sum is the layer's output, bit for bit.
-        assert np.array_equal(y[f"{name}/ep/one_rank"], mxmoe.experts(x, a["one_rank_ids"], a["weights"], single))
+        assert np.array_equal(y[f"{name}/{variant}/one_rank"],
+                              mxmoe.experts(x, a["one_rank_ids"], a["weights"], single))
+
+
+@pytest.mark.parametrize("name", SHAPES)
+def test_all_to_all_sends_rows_only_where_their_experts_are(outputs, name):
+    world, per_rank = outputs
     # The routings were skewed as meant: all rows to rank 0; none to the last rank.
-    received = [per_rank[rank][f"{name}/ep/skewed_rows_received"] for rank in range(world)]
+    received = [per_rank[rank][f"{name}/ep-a2a/skewed_rows_received"] for rank in range(world)]
     assert received[0] == sum(EP_TOKENS[world]) and not any(received[1:])
-    assert per_rank[world - 1][f"{name}/ep/engine_rows_received"] == 0
+    assert per_rank[world - 1][f"{name}/ep-a2a/engine_rows_received"] == 0
 
 
 @pytest.mark.parametrize("name", SHAPES)
@@ -173,9 +226,19 @@ def test_bad_input_names_the_argument(one_rank):
         TensorParallelLayer(weights, device="cuda:0")
     with pytest.raises(TypeError, match="max_tokens: expected an integer"):
         TensorParallelLayer(weights, device="cpu", max_tokens=1.5)
+    with pytest.raises(TypeError, match="low_latency_max_tokens: expected an integer"):
+        ExpertParallelLayer(weights, device="cpu", low_latency_max_tokens=2.0)
+    with pytest.raises(ValueError, match="low_latency_max_tokens: expected 0 or more, got -1"):
+        ExpertParallelLayer(weights, device="cpu", low_latency_max_tokens=-1)
     ep, tp = ExpertParallelLayer(weights, device="cpu"), TensorParallelLayer(weights, device="cpu")
     x = torch.zeros(3, 96, dtype=torch.bfloat16)
     ids, w = torch.zeros(3, 2, dtype=torch.int64), torch.full((3, 2), 0.5)
+    assert (ep.path(ep.low_latency_max_tokens), ep.path(ep.low_latency_max_tokens + 1)) == ("low-latency", "all-to-all")
+    with pytest.raises(ValueError, match="max_rank_tokens: expected at least this rank's 3 tokens, got 2"):
+        ep(x, max_rank_tokens=2)
+    with pytest.raises(TypeError, match="max_rank_tokens: expected an integer"):
+        ep.experts(x, ids, w, max_rank_tokens=3.0)
+    assert ep(x[:0], max_rank_tokens=0).shape == (0, 96)  # no rank has a token: nothing is sent
     for layer in (ep, tp):
         with pytest.raises(TypeError, match="x: expected torch.bfloat16"):
             layer(x.float())

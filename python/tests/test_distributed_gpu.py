@@ -1,6 +1,8 @@
 """mxmoe.distributed on 2 and 4 GPUs (NCCL, one process per GPU): the expert- and tensor-parallel layers
 against the single-GPU layer on the same tokens, within 5e-3 relative by norm (the bf16 rounding of the
-ranks' partial sums), for both gpt-oss shapes. Skipped with fewer than 2 CUDA devices visible."""
+ranks' partial sums), for both gpt-oss shapes: eager, expert parallelism by each of its paths (low
+latency and all-to-all), and captured in a CUDA graph and replayed (the low-latency path, with the
+most tokens of a rank given, and tensor parallelism). Skipped with fewer than 2 CUDA devices visible."""
 
 from __future__ import annotations
 
@@ -36,30 +38,65 @@ def inputs(weights: mxmoe.Weights, tokens: int, seed: int, device: torch.device)
     }
 
 
-def outputs(layer, a: dict) -> dict:
-    return {"router": layer(a["x"]), "logits": layer(a["x"], a["logits"]),
-            "engine": layer.experts(a["x"], a["ids"], a["weights"])}
+def outputs(layer, a: dict, **call_args) -> dict:
+    return {"router": layer(a["x"], **call_args), "logits": layer(a["x"], a["logits"], **call_args),
+            "engine": layer.experts(a["x"], a["ids"], a["weights"], **call_args)}
+
+
+def captured(layer, a: dict, **call_args) -> dict:
+    """outputs(), captured in one CUDA graph (after a warm-up on a side stream, which also sets up the
+    collectives' communicators) and replayed once. Inside the capture the engine form reads no ids."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        outputs(layer, a, **call_args)
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = outputs(layer, a, **call_args)
+    graph.replay()
+    torch.cuda.synchronize()
+    return out
+
+
+def relative_error(got: torch.Tensor, want: torch.Tensor) -> float:
+    return (torch.linalg.norm(got.float() - want.float()) / torch.linalg.norm(want.float())).item()
 
 
 def rank_checks(rank: int, world: int, model: str) -> None:
     device = torch.device("cuda", rank)
     weights = mxmoe.synthetic_weights(*MODELS[model], seed=1)
     single = mxmoe.torch.MoeLayer(weights, device)
+    ep_inputs, tp_inputs = inputs(weights, EP_TOKENS[rank], 100 + rank, device), inputs(weights, TP_TOKENS, 0, device)
+    decode_inputs = inputs(weights, 1, 200 + rank, device)  # one token on every rank
+    max_rank_tokens = max(EP_TOKENS[:world])
     errors = {}
-    # Expert parallel: each rank's own tokens. Its router's float32 logits may differ from the single
-    # layer's in the last bits, so both take the same logits (cases "logits" and "engine").
+    # Expert parallel: each rank's own tokens. On the all-to-all path its router's float32 logits (torch)
+    # may differ from the single layer's in the last bits, and on the low-latency path mxmoe routes the
+    # world's tokens at once, whose logits may differ from those of this rank's tokens alone in the last
+    # bits: both take the same logits (cases "logits" and "engine").
     # Tensor parallel: the same tokens on every rank; every shard routes as the layer does.
-    for name, cls, a, cases in (
-        ("ep", ExpertParallelLayer, inputs(weights, EP_TOKENS[rank], 100 + rank, device), ("logits", "engine")),
-        ("tp", TensorParallelLayer, inputs(weights, TP_TOKENS, 0, device), ("router", "logits", "engine")),
-    ):
-        layer = cls(weights, device=device)
-        got, want = outputs(layer, a), outputs(single, a)
+    variants = (
+        ("ep-ll", lambda: ExpertParallelLayer(weights, device=device), ep_inputs, ("logits", "engine"), {}),
+        ("ep-a2a", lambda: ExpertParallelLayer(weights, device=device, low_latency_max_tokens=0), ep_inputs,
+         ("logits", "engine"), {}),
+        ("ep-ll-graph", lambda: ExpertParallelLayer(weights, device=device), ep_inputs, ("logits", "engine"),
+         {"max_rank_tokens": max_rank_tokens}),
+        ("ep-ll-graph-decode", lambda: ExpertParallelLayer(weights, device=device), decode_inputs,
+         ("logits", "engine"), {"max_rank_tokens": 1}),
+        ("tp", lambda: TensorParallelLayer(weights, device=device), tp_inputs, ("router", "logits", "engine"), {}),
+        ("tp-graph", lambda: TensorParallelLayer(weights, device=device), tp_inputs, ("router", "logits", "engine"),
+         {}),
+    )
+    for name, make, a, cases, call_args in variants:
+        layer = make()
+        got = captured(layer, a, **call_args) if "-graph" in name else outputs(layer, a, **call_args)
+        want = outputs(single, a)
         layer.free()
         for case in cases:
             if a["x"].shape[0]:
-                errors[f"{name}/{case}"] = (torch.linalg.norm(got[case].float() - want[case].float())
-                                            / torch.linalg.norm(want[case].float())).item()
+                errors[f"{name}/{case}"] = relative_error(got[case], want[case])
     single.free()
     print(f"{model}, rank {rank} of {world}: relative error against the single-GPU layer "
           + ", ".join(f"{case} {error:.2e}" for case, error in errors.items()), flush=True)

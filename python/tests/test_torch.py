@@ -1,9 +1,12 @@
 """The PyTorch layer on a GPU (skipped without PyTorch or a CUDA device): the layer and the engine
 form against the CPU layer, from given router logits, inside a CUDA graph, under
 torch.compile(fullgraph=True), the custom ops' own checks, tensor- and expert-parallel shards, and bad
-input."""
+input; layers built from CUDA tensors against those built from the same tensors on the host, and the
+layer's memory as PyTorch's allocator counts it."""
 
 from __future__ import annotations
+
+import gc
 
 import numpy as np
 import pytest
@@ -91,12 +94,12 @@ def test_custom_op_passes_opcheck(weights):
     torch.library.opcheck(torch.ops.mxmoe.layer.default, (x, None, layer._handle))
 
 
-def given_routing(tokens: int, seed: int, experts: int = 32):
+def given_routing(tokens: int, seed: int, experts: int = 32, top_k: int = 4):
     """A caller's routing: random experts (repeats allowed), positive weights, some slots -1."""
     rng = np.random.default_rng(seed)
-    ids = rng.integers(0, experts, size=(tokens, 4))
-    ids[::3, 2] = -1
-    return ids, rng.random(size=(tokens, 4)).astype(np.float32)
+    ids = rng.integers(0, experts, size=(tokens, top_k))
+    ids[::3, top_k // 2] = -1
+    return ids, rng.random(size=(tokens, top_k)).astype(np.float32)
 
 
 @pytest.mark.parametrize("tokens", [1, 7, 64, 300])
@@ -228,3 +231,218 @@ def test_bad_input_names_the_argument(weights):
         layer(x)
     with pytest.raises(ValueError, match="freed"):
         layer.experts(x, ids, w)
+
+
+# ---- layers from CUDA tensors, and their memory ---------------------------------------------------
+
+def cuda_tensors(host: dict, dtype: torch.dtype = torch.bfloat16, prefix: str = "") -> dict:
+    """Host tensors (uint8 codes, uint16 bf16 bits) as CUDA tensors, floating point ones in `dtype`."""
+    out = {}
+    for name, a in host.items():
+        t = torch.from_numpy(np.ascontiguousarray(a))
+        if a.dtype == np.uint16:
+            t = t.view(torch.int16).view(torch.bfloat16).to(dtype)
+        out[prefix + name] = t.cuda()
+    return out
+
+
+def dense_layer(rng: np.random.Generator, e: int, h: int, i: int) -> dict:
+    """Dense experts in transformers' layout (bf16 bits, not MXFP4 values: the quantiser rounds), with
+    some all-zero and some large blocks, and the router and biases of a random layer."""
+    t = oracle.random_layer(rng, e, h, i)
+    gate_up = rng.normal(0.0, 0.05, size=(e, h, 2 * i))
+    gate_up[0, :32, :] = 0.0
+    gate_up[1, :32, 5] = 3e4
+    down = rng.normal(0.0, 0.05, size=(e, i, h))
+    down[2, 32:64, 7] = -1e-6
+    return {"router.weight": t["router.weight"], "router.bias": t["router.bias"],
+            "experts.gate_up_proj": oracle.bf16_bits(gate_up), "experts.gate_up_proj_bias": t["experts.gate_up_proj_bias"],
+            "experts.down_proj": oracle.bf16_bits(down), "experts.down_proj_bias": t["experts.down_proj_bias"]}
+
+
+def assert_same_layer(a: mxmoe.torch.MoeLayer, b: mxmoe.torch.MoeLayer, experts: int) -> None:
+    """Bit-identical outputs of both forms, eagerly and (for `a`) replayed from a CUDA graph."""
+    assert a.shape == b.shape and a.nbytes == b.nbytes
+    for tokens in (1, 37, 300):
+        x = to_bf16(np.random.default_rng(tokens).normal(size=(tokens, a.shape.hidden)))
+        ids, w = given_routing(tokens, tokens, experts, a.shape.top_k)
+        ids, w = torch.from_numpy(ids).cuda(), torch.from_numpy(w).cuda()
+        assert torch.equal(a(x), b(x)), f"T={tokens}"
+        assert torch.equal(a.experts(x, ids, w), b.experts(x, ids, w)), f"T={tokens}"
+    x = to_bf16(np.random.default_rng(4).normal(size=(16, a.shape.hidden)))
+    assert a.workspace_size(16) == b.workspace_size(16) > 0
+    eager = a(x)
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        a(x)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = a(x)
+    captured.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(captured, eager)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_layer_from_dense_cuda_tensors_is_the_host_ones(dtype):
+    host = dense_layer(np.random.default_rng(21), 32, 256, 192)
+    expected = mxmoe.torch.MoeLayer(mxmoe.weights_from_tensors(host, top_k=4))
+    got = mxmoe.torch.MoeLayer.from_tensors(cuda_tensors(host, dtype), top_k=4)
+    assert got.device == expected.device and got.routed_experts == 32
+    assert_same_layer(got, expected, 32)
+
+
+@pytest.mark.parametrize("names", ["hf", "openai", "hf-3d-fc2"])
+def test_layer_from_mxfp4_cuda_tensors_is_the_host_ones(weights, names):
+    host = oracle.random_layer(np.random.default_rng(11), 32, 256, 192)  # the `weights` fixture's tensors
+    tensors = cuda_tensors(host, prefix="model.layers.3.mlp.")
+    if names == "openai":
+        renames = {"router.weight": "gate.weight", "router.bias": "gate.bias",
+                   "experts.gate_up_proj_blocks": "mlp1_weight.blocks", "experts.gate_up_proj_scales": "mlp1_weight.scales",
+                   "experts.gate_up_proj_bias": "mlp1_bias", "experts.down_proj_blocks": "mlp2_weight.blocks",
+                   "experts.down_proj_scales": "mlp2_weight.scales", "experts.down_proj_bias": "mlp2_bias"}
+        tensors = {"block.3.mlp." + renames[n[len("model.layers.3.mlp."):]]: t for n, t in tensors.items()}
+    if names == "hf-3d-fc2":
+        name = "model.layers.3.mlp.experts.down_proj_blocks"
+        tensors[name] = tensors[name].reshape(32, 256, -1)
+    got = mxmoe.torch.MoeLayer.from_tensors(tensors, top_k=4, max_tokens=16)
+    assert_same_layer(got, mxmoe.torch.MoeLayer(weights), 32)
+
+
+def test_layer_from_cuda_tensors_converts_float16_and_strided_tensors():
+    host = dense_layer(np.random.default_rng(22), 8, 128, 64)
+    tensors = cuda_tensors(host)
+    expected = mxmoe.torch.MoeLayer.from_tensors(tensors, top_k=2)
+    tensors["router.bias"] = tensors["router.bias"].half()  # these bf16 values are float16 values too
+    down = tensors["experts.down_proj"]
+    tensors["experts.down_proj"] = torch.stack([down, torch.zeros_like(down)], dim=-1).flatten(-2)[..., ::2]  # strided: copied
+    assert not tensors["experts.down_proj"].is_contiguous()
+    assert_same_layer(mxmoe.torch.MoeLayer.from_tensors(tensors, top_k=2), expected, 8)
+
+
+def small_weights_and_tensors():
+    """A layer small enough that PyTorch's allocator takes its weights from its small-block pool,
+    which splits blocks exactly (a large block may come whole from the cache, up to 1 MiB more)."""
+    host = oracle.random_layer(np.random.default_rng(23), 8, 128, 64)
+    return mxmoe.weights_from_tensors(host, top_k=2), cuda_tensors(host)
+
+
+def test_layer_memory_is_pytorchs():
+    weights, tensors = small_weights_and_tensors()
+    x = to_bf16(np.ones((4, 128), np.float32))
+    for make in (lambda: mxmoe.torch.MoeLayer(weights), lambda: mxmoe.torch.MoeLayer.from_tensors(tensors, top_k=2)):
+        gc.collect()  # earlier tests' garbage goes now, not inside the measurement
+        torch.cuda.synchronize()
+        before = torch.cuda.memory_allocated()
+        layer = make()
+        assert layer.nbytes > 0 and layer.nbytes % 512 == 0
+        assert layer.nbytes - layer._runner.device_bytes in range(512)
+        assert torch.cuda.memory_allocated() - before == layer.nbytes
+        y = layer(x)  # the call's workspace went back as it returned; its output is held here
+        assert torch.cuda.memory_allocated() - before == layer.nbytes + y.untyped_storage().nbytes()
+        del y
+        layer.free()
+        assert layer.nbytes == 0 and torch.cuda.memory_allocated() == before
+        layer = make()
+        assert torch.cuda.memory_allocated() - before == layer.nbytes
+        del layer  # collected without free()
+        gc.collect()
+        assert torch.cuda.memory_allocated() == before
+
+
+@pytest.mark.parametrize("fail_at", [1, 2], ids=["weights", "load-scratch"])
+def test_allocation_failure_raises_pytorchs_oom_and_leaks_nothing(monkeypatch, fail_at):
+    weights, tensors = small_weights_and_tensors()
+    real = mxmoe.torch._empty
+    for make in (lambda: mxmoe.torch.MoeLayer(weights), lambda: mxmoe.torch.MoeLayer.from_tensors(tensors, top_k=2)):
+        calls = []
+
+        def failing(nbytes, device):
+            calls.append(nbytes)
+            if len(calls) == fail_at:
+                raise torch.cuda.OutOfMemoryError(f"CUDA out of memory. Tried to allocate {nbytes} bytes (test)")
+            return real(nbytes, device)
+
+        monkeypatch.setattr(mxmoe.torch, "_empty", failing)
+        gc.collect()  # earlier tests' garbage goes now, not inside the measurement
+        torch.cuda.synchronize()
+        before = torch.cuda.memory_allocated()
+        what = "weights" if fail_at == 1 else "load scratch"
+        with pytest.raises(torch.cuda.OutOfMemoryError,
+                           match=rf"MoE layer {what} \(E=8.*\d+ bytes\).*allocator returned no memory.*Tried to allocate"):
+            make()
+        assert len(calls) == fail_at
+        gc.collect()
+        assert torch.cuda.memory_allocated() == before
+
+        def raising(nbytes, device):
+            raise ValueError("no memory today")
+
+        monkeypatch.setattr(mxmoe.torch, "_empty", raising)
+        with pytest.raises(mxmoe.Error, match="allocator returned no memory.*ValueError: no memory today"):
+            make()
+        monkeypatch.setattr(mxmoe.torch, "_empty", real)
+        assert torch.cuda.memory_allocated() == before
+
+
+def test_bad_cuda_tensors_are_named():
+    host = oracle.random_layer(np.random.default_rng(24), 8, 128, 64)
+    good = cuda_tensors(host)
+
+    def check(error, pattern, **changes):
+        tensors = {**good, **changes}
+        with pytest.raises(error, match=pattern):
+            mxmoe.torch.MoeLayer.from_tensors(tensors, top_k=2)
+
+    check(TypeError, r"experts.gate_up_proj_scales: expected torch.uint8 .* got torch.int8",
+          **{"experts.gate_up_proj_scales": good["experts.gate_up_proj_scales"].view(torch.int8)})
+    check(TypeError, r"router.weight: expected torch.bfloat16, torch.float32 or torch.float16, got torch.float64",
+          **{"router.weight": good["router.weight"].double()})
+    check(ValueError, r"experts.down_proj_bias: expected shape \[8, 128\], got \[8, 127\]",
+          **{"experts.down_proj_bias": good["experts.down_proj_bias"][:, :127]})
+    check(ValueError, r"experts.down_proj_scales: expected shape \[8, 128, 2\], got \[8, 128, 1\]",
+          **{"experts.down_proj_scales": good["experts.down_proj_scales"][:, :, :1]})
+    check(ValueError, r"router.bias: expected a tensor on cuda:\d+ \(where experts.gate_up_proj_blocks is\), got one on cpu",
+          **{"router.bias": good["router.bias"].cpu()})
+    check(ValueError, r"experts.gate_up_proj_blocks: expected a CUDA tensor, got cpu",
+          **{"experts.gate_up_proj_blocks": good["experts.gate_up_proj_blocks"].cpu()})
+    check(TypeError, r"experts.down_proj_bias: expected a CUDA torch.Tensor, got ndarray",
+          **{"experts.down_proj_bias": host["experts.down_proj_bias"]})
+    with pytest.raises(ValueError, match=r"top_k: expected 1 <= top_k <= min\(E, 32\) = 8, got 9"):
+        mxmoe.torch.MoeLayer.from_tensors(good, top_k=9)
+    without = {n: t for n, t in good.items() if n != "experts.down_proj_scales"}
+    with pytest.raises(ValueError, match="no tensor named 'experts.down_proj_scales'"):
+        mxmoe.torch.MoeLayer.from_tensors(without, top_k=2)
+    dense = cuda_tensors(dense_layer(np.random.default_rng(25), 8, 128, 64))
+    with pytest.raises(ValueError, match=r"experts.down_proj: expected shape \[8, 64, 128\], got \[8, 128, 64\]"):
+        mxmoe.torch.MoeLayer.from_tensors({**dense, "experts.down_proj": dense["experts.down_proj"].transpose(1, 2)},
+                                          top_k=2)
+    with pytest.raises(TypeError, match="experts.gate_up_proj: expected torch.bfloat16, torch.float32 or torch.float16"):
+        mxmoe.torch.MoeLayer.from_tensors({**dense, "experts.gate_up_proj": dense["experts.gate_up_proj"].to(torch.int32)},
+                                          top_k=2)
+
+
+def test_load_model_gives_each_layer_as_load_checkpoint_does(tmp_path, capsys):
+    rng = np.random.default_rng(5)
+    layers = [oracle.random_layer(rng, 8, 96, 64) for _ in range(3)]
+    oracle.write_safetensors(tmp_path / "model.safetensors",
+                             {f"model.layers.{i}.mlp.{n}": a for i, t in enumerate(layers) for n, a in t.items()})
+    (tmp_path / "config.json").write_text('{"num_experts_per_tok": 2}')
+    model = mxmoe.torch.load_model(tmp_path, max_tokens=16)
+    assert len(model) == 3
+    err = capsys.readouterr().err
+    assert "layer 2 (3/3)" in err and "loaded 3 layers" in err
+    x = to_bf16(np.random.default_rng(1).normal(size=(5, 96)).astype(np.float32))
+    for i, layer in enumerate(model):
+        alone = mxmoe.torch.MoeLayer(mxmoe.load_checkpoint(tmp_path, layer=i))
+        assert torch.equal(layer(x), alone(x)), f"layer {i}"
+    some = mxmoe.torch.load_model(tmp_path, layers=[2, 0], quiet=True)
+    assert capsys.readouterr().err == ""
+    assert torch.equal(some[0](x), model[2](x)) and torch.equal(some[1](x), model[0](x))
+    with pytest.raises(mxmoe.Error, match="no MoE tensors for layer 7"):
+        mxmoe.torch.load_model(tmp_path, layers=[0, 7], quiet=True)
+    with pytest.raises(ValueError, match="at least one layer"):
+        mxmoe.torch.load_model(tmp_path, layers=[])

@@ -1,5 +1,6 @@
 // Loading one gpt-oss layer's MoE tensors: detect the scheme, infer the shape from FC1's blocks,
 // then hold every other tensor to exactly the dtype and shape that shape implies.
+#include <algorithm>
 #include <cstring>
 
 #include "common/printable.hpp"
@@ -48,6 +49,17 @@ class LayerReader {
     const auto raw = bytes(e);
     std::vector<Bf16> out(raw.size() / 2);
     std::memcpy(out.data(), raw.data(), raw.size());
+    return out;
+  }
+
+  std::vector<MoeLayerWeights::MappedFile> mapped_files() const {
+    std::vector<MoeLayerWeights::MappedFile> out;
+    for (const auto& file : files_) {
+      const auto mapping = file->mapping();
+      if (std::none_of(out.begin(), out.end(), [&](const auto& f) { return f.base == mapping.data(); })) {
+        out.push_back({mapping.data(), mapping.size(), file->fd()});
+      }
+    }
     return out;
   }
 
@@ -178,6 +190,7 @@ LoadedLayer load_gpt_oss_layer(const Checkpoint& checkpoint, int layer, const Lo
   w.fc2_scales = reader.bytes({names.fc2_scales, Dtype::kU8, {e, h, i / kMxBlock}});
   w.fc2_bias = reader.bf16({names.fc2_bias, Dtype::kBF16, {e, h}});
   w.storage = reader.keepalive();
+  w.mapped_files = reader.mapped_files();
   w.validate();
   return loaded;
 }

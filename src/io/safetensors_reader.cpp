@@ -106,25 +106,21 @@ std::string TensorInfo::describe() const {
 
 SafetensorsFile::~SafetensorsFile() {
   if (mapping_) munmap(const_cast<uint8_t*>(mapping_), mapping_bytes_);
+  if (fd_ >= 0) ::close(fd_);
 }
 
 std::shared_ptr<const SafetensorsFile> SafetensorsFile::open(const std::string& path) {
   std::shared_ptr<SafetensorsFile> file(new SafetensorsFile);
   file->path_ = path;
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) fail(path, std::string("cannot open: ") + std::strerror(errno));
+  file->fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (file->fd_ < 0) fail(path, std::string("cannot open: ") + std::strerror(errno));
   struct stat st {};
-  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    fail(path, "not a regular file");
-  }
+  if (fstat(file->fd_, &st) != 0 || !S_ISREG(st.st_mode)) fail(path, "not a regular file");
   const uint64_t file_bytes = static_cast<uint64_t>(st.st_size);
   if (file_bytes < 8) {
-    ::close(fd);
     fail(path, "truncated: " + std::to_string(file_bytes) + " bytes, too short for the 8-byte header length");
   }
-  void* mapping = mmap(nullptr, file_bytes, PROT_READ, MAP_PRIVATE, fd, 0);
-  ::close(fd);
+  void* mapping = mmap(nullptr, file_bytes, PROT_READ, MAP_PRIVATE, file->fd_, 0);
   if (mapping == MAP_FAILED) fail(path, std::string("cannot map: ") + std::strerror(errno));
   file->mapping_ = static_cast<const uint8_t*>(mapping);
   file->mapping_bytes_ = file_bytes;

@@ -58,30 +58,39 @@ void write_synthetic_checkpoint(const std::string& dir, const MoeShape& shape, C
   const int64_t e = shape.num_experts, h = shape.hidden, i = shape.intermediate, rows1 = shape.fc1_rows();
   nlohmann::ordered_json weight_map = nlohmann::ordered_json::object();
   uint64_t total_bytes = 0;
+  // Layer `layer`'s tensors holding the bytes of `w` (none, for the file's layout).
+  auto layer_tensors = [&](int layer, const MoeLayerWeights& w) {
+    const LayerTensorNames n = layer_tensor_names(scheme, layer);
+    return std::vector<TensorToWrite>{
+        {n.router_weight, Dtype::kBF16, {e, h}, as_bytes(w.router_weight)},
+        {n.router_bias, Dtype::kBF16, {e}, as_bytes(w.router_bias)},
+        {n.fc1_blocks, Dtype::kU8, {e, rows1, h / kMxBlock, kMxfp4BlockBytes}, w.fc1_blocks},
+        {n.fc1_scales, Dtype::kU8, {e, rows1, h / kMxBlock}, w.fc1_scales},
+        {n.fc1_bias, Dtype::kBF16, {e, rows1}, as_bytes(w.fc1_bias)},
+        {n.fc2_blocks, Dtype::kU8, {e, h, i / kMxBlock, kMxfp4BlockBytes}, w.fc2_blocks},
+        {n.fc2_scales, Dtype::kU8, {e, h, i / kMxBlock}, w.fc2_scales},
+        {n.fc2_bias, Dtype::kBF16, {e, h}, as_bytes(w.fc2_bias)},
+    };
+  };
+  // A layer at a time: a file of gpt-oss-120b layers is tens of GB, more than a machine may hold.
   for (int shard = 0; shard < shards; ++shard) {
     const int first = shard * shape.num_layers / shards, last = (shard + 1) * shape.num_layers / shards;
-    std::vector<MoeLayerWeights> layers;
-    std::vector<TensorToWrite> tensors;
+    std::vector<TensorToWrite> layout;
     for (int layer = first; layer < last; ++layer) {
-      layers.push_back(make_synthetic_layer(shape, layer_seed(seed, layer)));
-    }
-    for (int layer = first; layer < last; ++layer) {
-      const MoeLayerWeights& w = layers[layer - first];
-      const LayerTensorNames n = layer_tensor_names(scheme, layer);
-      tensors.push_back({n.router_weight, Dtype::kBF16, {e, h}, as_bytes(w.router_weight)});
-      tensors.push_back({n.router_bias, Dtype::kBF16, {e}, as_bytes(w.router_bias)});
-      tensors.push_back({n.fc1_blocks, Dtype::kU8, {e, rows1, h / kMxBlock, kMxfp4BlockBytes}, w.fc1_blocks});
-      tensors.push_back({n.fc1_scales, Dtype::kU8, {e, rows1, h / kMxBlock}, w.fc1_scales});
-      tensors.push_back({n.fc1_bias, Dtype::kBF16, {e, rows1}, as_bytes(w.fc1_bias)});
-      tensors.push_back({n.fc2_blocks, Dtype::kU8, {e, h, i / kMxBlock, kMxfp4BlockBytes}, w.fc2_blocks});
-      tensors.push_back({n.fc2_scales, Dtype::kU8, {e, h, i / kMxBlock}, w.fc2_scales});
-      tensors.push_back({n.fc2_bias, Dtype::kBF16, {e, h}, as_bytes(w.fc2_bias)});
+      for (auto& t : layer_tensors(layer, MoeLayerWeights{})) layout.push_back(std::move(t));
     }
     const std::string file = shard_file_name(shard, shards);
-    write_safetensors((fs::path(dir) / file).string(), tensors, {{"format", "pt"}});
-    for (const auto& t : tensors) {
+    SafetensorsWriter writer((fs::path(dir) / file).string(), layout, {{"format", "pt"}});
+    for (int layer = first; layer < last; ++layer) {
+      const MoeLayerWeights w = make_synthetic_layer(shape, layer_seed(seed, layer));
+      for (const auto& t : layer_tensors(layer, w)) writer.append(t.name, t.bytes);
+    }
+    writer.finish();
+    for (const auto& t : layout) {
+      uint64_t elements = 1;
+      for (int64_t d : t.shape) elements *= static_cast<uint64_t>(d);
       weight_map[t.name] = file;
-      total_bytes += t.bytes.size();
+      total_bytes += elements * dtype_size(t.dtype);
     }
   }
   if (shards > 1) {

@@ -153,6 +153,16 @@ std::span<const uint8_t> bytes_of(const std::vector<T>& v) {
   return {reinterpret_cast<const uint8_t*>(v.data()), v.size() * sizeof(T)};
 }
 
+// Where the load reads `view` from: its file, where it lies in one of the weights' mapped files.
+HostSource source_of(const MoeLayerWeights& weights, std::span<const uint8_t> view) {
+  for (const auto& file : weights.mapped_files) {
+    if (view.data() >= file.base && view.data() + view.size() <= file.base + file.bytes) {
+      return {nullptr, file.fd, static_cast<uint64_t>(view.data() - file.base)};
+    }
+  }
+  return {view.data()};
+}
+
 // Throws Error unless `data` is memory the current device can read as its own.
 void check_on_current_device(const char* name, const void* data) {
   int device = 0;
@@ -212,9 +222,9 @@ PackedLayer load_layer(const MoeLayerWeights& weights, const DeviceAllocator& al
       const size_t block_bytes = count * matrix.block_bytes_per_expert();
       unsigned char* chunk_blocks = packer.scratch();
       unsigned char* chunk_scales = chunk_blocks + block_bytes;
-      upload.copy(chunk_blocks, blocks[m].data() + first * matrix.block_bytes_per_expert(), block_bytes,
-                  blocks_name.c_str());
-      upload.copy(chunk_scales, scales[m].data() + first * matrix.scale_bytes_per_expert(),
+      upload.copy(chunk_blocks, source_of(weights, blocks[m]).advanced(first * matrix.block_bytes_per_expert()),
+                  block_bytes, blocks_name.c_str());
+      upload.copy(chunk_scales, source_of(weights, scales[m]).advanced(first * matrix.scale_bytes_per_expert()),
                   count * matrix.scale_bytes_per_expert(), scales_name.c_str());
       packer.records(m, first, count, chunk_blocks, chunk_scales);
     }
@@ -222,15 +232,15 @@ PackedLayer load_layer(const MoeLayerWeights& weights, const DeviceAllocator& al
   unsigned char* next = packer.scratch() + chunk_bytes;
   for (HostBias& b : biases) {
     b.at = next;
-    upload.copy(b.at, b.bytes.data(), b.bytes.size(), b.name);
+    upload.copy(b.at, {b.bytes.data()}, b.bytes.size(), b.name);
     next += align256(b.bytes.size());
   }
   packer.bias(0, biases[0].at, Dtype::kBF16);
   packer.bias(1, biases[1].at, Dtype::kBF16);
   packer.router_bias(biases[2].at, Dtype::kBF16, routed);
-  upload.copy(layer.router_weight, weights.router_weight.data(), weights.router_weight.size() * 2, "router weight");
+  upload.copy(layer.router_weight, {weights.router_weight.data()}, weights.router_weight.size() * 2, "router weight");
   if (!local_experts.empty()) {
-    upload.copy(layer.local_experts, local_experts.data(), local_experts.size() * 4, "local experts");
+    upload.copy(layer.local_experts, {local_experts.data()}, local_experts.size() * 4, "local experts");
   }
   packer.finish();
   return layer;

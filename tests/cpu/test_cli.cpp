@@ -38,6 +38,7 @@ TEST(Cli, HelpAndVersion) {
         "check", "scheme", "quantize-bf16-experts", "input", "output", "activations", "self-check"}},
       {"make-checkpoint",
        {"model", "experts", "top-k", "hidden", "intermediate", "layers", "out", "scheme", "shards", "seed"}},
+      {"load", {"checkpoint", "layers", "scheme", "quantize-bf16-experts", "quiet", "json"}},
       {"bench", {"model", "tokens", "layers", "replays", "skewed", "compare", "breakdown", "json", "plan", "activations"}},
       {"tune", {"model", "tokens", "layers", "replays", "activations"}},
       {"cache", {"arch", "cache-dir", "family"}},

@@ -13,6 +13,7 @@ namespace mxmoe::cli {
 
 int run_command(std::span<const std::string> args);
 int make_checkpoint_command(std::span<const std::string> args);
+int load_command(std::span<const std::string> args);
 int bench_command(std::span<const std::string> args);
 int probe_command(std::span<const std::string> args);
 int cache_command(std::span<const std::string> args);

@@ -21,6 +21,7 @@ struct Subcommand {
 constexpr Subcommand kSubcommands[] = {
     {"run", "one MoE layer forward on seeded activations (CPU reference or GPU)", mxmoe::cli::run_command},
     {"make-checkpoint", "write a synthetic gpt-oss MXFP4 checkpoint", mxmoe::cli::make_checkpoint_command},
+    {"load", "load a checkpoint's MoE layers onto the GPU, with progress and the load's rate", mxmoe::cli::load_command},
     {"bench", "time the layer on the GPU against measured read and matmul ceilings", mxmoe::cli::bench_command},
     {"tune", "time every valid tactic on this GPU and store the fastest plans", mxmoe::cli::tune_command},
     {"cache", "list, clear, prewarm or time the compiled-kernel cache (no GPU needed)", mxmoe::cli::cache_command},

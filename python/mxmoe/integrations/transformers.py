@@ -6,10 +6,13 @@
     model.generate(...)
 
 Each layer's experts are read once from the model: dense experts (GptOssExperts: bf16 or float32
-weights, as transformers holds them unquantised or after Mxfp4Config(dequantize=True)) are rounded to
-bf16 and quantised to MXFP4, exactly for weights that were MXFP4; MXFP4 experts held by transformers' quantizer
-(Mxfp4GptOssExperts) are un-swizzled as transformers itself saves them. With `checkpoint`, the
-experts come from the gpt-oss checkpoint instead. The dense experts' memory is released.
+weights, as transformers holds them unquantised or after Mxfp4Config(dequantize=True)) are quantised
+to MXFP4, exactly for weights that were MXFP4; MXFP4 experts held by transformers' quantizer
+(Mxfp4GptOssExperts) are un-swizzled as transformers itself saves them. A model on a CUDA device is
+converted there, layer by layer, with no copy through the host (mxmoe.torch.MoeLayer.from_tensors);
+a model on the CPU is converted on the host (weights_of) and uploaded. With `checkpoint`, the experts
+come from the gpt-oss checkpoint instead. The layers' weights come from PyTorch's allocator, to which
+each layer's old experts go back as it is converted.
 
 Routing: "transformers" (the default) keeps the model's own router module (bf16 logits, torch.topk)
 and calls mxmoe's engine form with its choice, so the routing, and the router scores the layer
@@ -57,9 +60,18 @@ class MxmoeMLP(torch.nn.Module):
 
 
 def weights_of(mlp: torch.nn.Module, top_k: int) -> mxmoe.Weights:
-    """One GptOssMLP's weights (its router and experts) as mxmoe weights."""
+    """One GptOssMLP's weights (its router and experts) as mxmoe weights, on the host (floating-point
+    tensors rounded to bf16)."""
+    return mxmoe.weights_from_tensors({name: _host(t) for name, t in _tensors_of(mlp).items()}, top_k=top_k)
+
+
+def _tensors_of(mlp: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """One GptOssMLP's router and experts as tensors on their device, by the names
+    mxmoe.weights_from_tensors takes: dense experts as they are; transformers' swizzled MXFP4 experts
+    un-swizzled (by torch ops on their device) into the checkpoint's blocks [E, rows, K/32, 16] and
+    scales [E, rows, K/32]."""
     router, experts = mlp.router, mlp.experts
-    tensors = {"router.weight": _host(router.weight), "router.bias": _host(router.bias)}
+    tensors = {"router.weight": router.weight, "router.bias": router.bias}
     if _is_swizzled_mxfp4(experts):
         e, h = experts.num_experts, experts.hidden_size
         for proj in ("gate_up_proj", "down_proj"):
@@ -68,16 +80,16 @@ def weights_of(mlp: torch.nn.Module, top_k: int) -> mxmoe.Weights:
             blocks = storage.layout.unswizzle_data(storage.data).transpose(-1, -2)
             scales = scale_storage.layout.unswizzle_data(scale_storage.data).transpose(-1, -2)
             rows = 2 * experts.intermediate_size if proj == "gate_up_proj" else h
-            tensors[f"experts.{proj}_blocks"] = _host(blocks.reshape(e, rows, -1, 16))
-            tensors[f"experts.{proj}_scales"] = _host(scales)
-            tensors[f"experts.{proj}_bias"] = _host(getattr(experts, f"{proj}_bias"))
+            tensors[f"experts.{proj}_blocks"] = blocks.reshape(e, rows, -1, 16)
+            tensors[f"experts.{proj}_scales"] = scales
+            tensors[f"experts.{proj}_bias"] = getattr(experts, f"{proj}_bias")
     elif getattr(experts, "gate_up_proj", None) is not None and experts.gate_up_proj.dim() == 3:
         for name in ("gate_up_proj", "gate_up_proj_bias", "down_proj", "down_proj_bias"):
-            tensors[f"experts.{name}"] = _host(getattr(experts, name))
+            tensors[f"experts.{name}"] = getattr(experts, name)
     else:
         raise ValueError(f"{type(experts).__name__}: neither dense experts (gate_up_proj [E, H, 2I]) nor "
                          "transformers' MXFP4 experts; pass checkpoint= to read them from the checkpoint")
-    return mxmoe.weights_from_tensors(tensors, top_k=top_k)
+    return {name: t.detach() for name, t in tensors.items()}
 
 
 def use_mxmoe(model: torch.nn.Module, *, device=None, max_tokens: Optional[int] = None,
@@ -97,9 +109,15 @@ def use_mxmoe(model: torch.nn.Module, *, device=None, max_tokens: Optional[int] 
         mlp = block.mlp
         if isinstance(mlp, MxmoeMLP):
             continue
-        weights = mxmoe.load_checkpoint(checkpoint, layer=index) if checkpoint else weights_of(mlp, top_k)
         target = torch.device(device) if device is not None else mlp.router.weight.device
-        moe = mxtorch.MoeLayer(weights, device=target, max_tokens=max_tokens)
+        if checkpoint:
+            moe = mxtorch.MoeLayer(mxmoe.load_checkpoint(checkpoint, layer=index), device=target, max_tokens=max_tokens)
+        elif mlp.router.weight.device.type == "cuda" and target.type == "cuda":
+            tensors = {name: t.to(target) for name, t in _tensors_of(mlp).items()}
+            moe = mxtorch.MoeLayer.from_tensors(tensors, top_k=top_k, max_tokens=max_tokens)
+            del tensors
+        else:
+            moe = mxtorch.MoeLayer(weights_of(mlp, top_k), device=target, max_tokens=max_tokens)
         block.mlp = MxmoeMLP(mlp.router, moe, routing)
         del mlp  # the dense experts go with the old block
     if torch.cuda.is_available():
