@@ -113,13 +113,14 @@ class Weights:
 
 def load_checkpoint(path: str, layer: int = 0, *, scheme: str | None = None,
                     quantize_bf16_experts: bool = False) -> Weights:
-    """Layer `layer` of a gpt-oss checkpoint: a .safetensors file, a directory with
-    model.safetensors.index.json, or a directory of .safetensors files; openai (block.N.mlp.*) or
-    Hugging Face (model.layers.N.mlp.*) names. `scheme` ("openai" or "hf") chooses where a checkpoint
-    holds both; `quantize_bf16_experts` quantises a dequantised save's bf16 experts to MXFP4."""
+    """Layer `layer` of a gpt-oss or DeepSeek-V4 checkpoint: a .safetensors file, a directory with
+    model.safetensors.index.json, or a directory of .safetensors files; gpt-oss's openai
+    (block.N.mlp.*) or Hugging Face (model.layers.N.mlp.*) names, DeepSeek-V4's own (layers.N.ffn.*)
+    or transformers' (model.layers.N.mlp.*). `scheme` ("openai", "hf", "deepseek", "deepseek-hf")
+    chooses where a checkpoint holds several; `quantize_bf16_experts` quantises a dequantised save's bf16 experts to MXFP4."""
     _check_int("layer", layer)
-    if scheme not in (None, "openai", "hf"):
-        raise ValueError(f"scheme: expected 'openai', 'hf' or None, got {scheme!r}")
+    if scheme not in (None, "openai", "hf", "deepseek", "deepseek-hf"):
+        raise ValueError(f"scheme: expected 'openai', 'hf', 'deepseek', 'deepseek-hf' or None, got {scheme!r}")
     return Weights(_mxmoe.load_checkpoint(str(path), layer, scheme, bool(quantize_bf16_experts)))
 
 

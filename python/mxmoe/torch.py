@@ -379,8 +379,8 @@ def load_model(path: str, layers: Iterable[int] | None = None, device: torch.dev
     process holds one layer's host memory at most. Prints a line per layer to stderr (layers done,
     GB, GB/s) and a summary unless `quiet`. `max_tokens`, `scheme` and `quantize_bf16_experts` are
     MoeLayer's and mxmoe.load_checkpoint's."""
-    if scheme not in (None, "openai", "hf"):
-        raise ValueError(f"scheme: expected 'openai', 'hf' or None, got {scheme!r}")
+    if scheme not in (None, "openai", "hf", "deepseek", "deepseek-hf"):
+        raise ValueError(f"scheme: expected 'openai', 'hf', 'deepseek', 'deepseek-hf' or None, got {scheme!r}")
     wanted: list[int] = []
     if layers is not None:
         for layer in layers:

@@ -122,7 +122,7 @@ Weights load_checkpoint(const std::string& path, int layer, std::optional<std::s
   LoadOptions options;
   if (scheme) options.scheme = parse_scheme(*scheme);
   options.quantize_bf16_experts = quantize;
-  return Weights::of(load_gpt_oss_layer(Checkpoint::open(path), layer, options).weights);
+  return Weights::of(load_moe_layer(Checkpoint::open(path), layer, options).weights);
 }
 
 // A new NumPy array of bf16 bits [rows, cols] holding `values`.
@@ -361,7 +361,7 @@ class Runner {
 // for_each_layer calls on_layer(layer, Weights) for each of `layers` in order (Python builds the
 // layer's runner there, through the same constructor as any other), then on_progress(dict) where
 // given; the next layer is read ahead into the page cache meanwhile. An empty `layers`: all of them.
-int count_layers(const std::string& path) { return count_gpt_oss_layers(Checkpoint::open(path)); }
+int count_layers(const std::string& path) { return count_moe_layers(Checkpoint::open(path)); }
 
 void for_each_layer(const std::string& path, std::vector<int> layers, std::optional<std::string> scheme,
                     bool quantize, const nb::callable& on_layer, std::optional<nb::callable> on_progress) {
@@ -370,8 +370,8 @@ void for_each_layer(const std::string& path, std::vector<int> layers, std::optio
   options.quantize_bf16_experts = quantize;
   const Checkpoint checkpoint = Checkpoint::open(path);
   if (layers.empty()) {
-    for (int l = 0, count = count_gpt_oss_layers(checkpoint); l < count; ++l) layers.push_back(l);
-    if (layers.empty()) load_gpt_oss_layer(checkpoint, 0, options);  // throws, naming what it looked for
+    for (int l = 0, count = count_moe_layers(checkpoint); l < count; ++l) layers.push_back(l);
+    if (layers.empty()) load_moe_layer(checkpoint, 0, options);  // throws, naming what it looked for
   }
   LayerProgressCallback progress;
   if (on_progress) {
@@ -387,7 +387,7 @@ void for_each_layer(const std::string& path, std::vector<int> layers, std::optio
       (*on_progress)(d);
     };
   }
-  for_each_gpt_oss_layer(
+  for_each_moe_layer(
       checkpoint, layers, options,
       [&](int layer, const LoadedLayer& loaded) { on_layer(layer, Weights::of(loaded.weights)); }, progress);
 }
