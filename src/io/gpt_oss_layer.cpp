@@ -77,6 +77,10 @@ LoadedLayer load_gpt_oss_layer(const Checkpoint& checkpoint, int layer, const Lo
   if (!scheme) {
     const DenseExpertNames dense = dense_expert_names(layer);
     if (const auto gate_up = checkpoint.find(dense.gate_up)) {
+      if (gate_up->tensor->dtype == Dtype::kI8) {
+        throw Error(path + ": " + layer_name + "'s experts '" + dense.gate_up + "' " + gate_up->tensor->describe() +
+                    " are DeepSeek-V4's MXFP4 values without their scales ('" + dense.gate_up + "_scale_inv')");
+      }
       if (options.quantize_bf16_experts) return load_bf16_experts(checkpoint, layer);
       throw Error(path + ": " + layer_name + "'s experts are dense ('" + dense.gate_up + "' " +
                   gate_up->tensor->describe() +

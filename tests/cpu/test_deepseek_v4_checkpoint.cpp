@@ -156,8 +156,6 @@ std::vector<BadTensor> bad_tensors() {
     }
     for (const std::string& name : {hf.router_weight, hf.selection_bias, hf.gate_up, hf.gate_up_scale, hf.down,
                                     hf.down_scale}) {
-      // Without gate_up_scale_inv the layer is not a DeepSeek-V4 one: that is the detection's case.
-      if (name == hf.gate_up_scale && std::string(what) == "missing") continue;
       out.push_back({CheckpointScheme::kDeepSeekHuggingFace, name, what});
     }
   }

@@ -19,8 +19,9 @@ constexpr OptionSpec kOptions[] = {
     {"layers", "N", "layers to write (default 2)"},
     {"out", "DIR", "output directory (created if missing)"},
     {"scheme", "NAMES",
-     "tensor naming: openai (block.N.mlp.*) or hf (model.layers.N.mlp.*) for gpt-oss layers, deepseek\n"
-     "(layers.N.ffn.*) or deepseek-hf (model.layers.N.mlp.*) for DeepSeek-V4 layers (default hf or deepseek-hf)"},
+     "tensor naming: openai (block.N.mlp.*) or hf (model.layers.N.mlp.*) for gpt-oss layers,\n"
+     "deepseek (layers.N.ffn.*) or deepseek-hf (model.layers.N.mlp.*) for DeepSeek-V4 layers\n"
+     "(default hf or deepseek-hf)"},
     {"shards", "S", "split the layers over S files with a model.safetensors.index.json (default 1)"},
     {"seed", "S", "seed of the weights (default 0); 'mxmoe run --seed S' without a checkpoint sees the same"},
 };
@@ -49,9 +50,9 @@ int make_checkpoint_command(std::span<const std::string> args) {
   }
   const std::string dir = parsed->get("out", "");
   write_synthetic_checkpoint(dir, shape, scheme, shards, parsed->get_u64("seed", 0));
-  std::printf("wrote %s: %d layers of %s, %s scheme, %d file%s, %.1f MB of expert weights per layer\n", dir.c_str(),
-              shape.num_layers, shape.describe().c_str(), std::string(scheme_name(scheme)).c_str(), shards,
-              shards == 1 ? "" : "s", static_cast<double>(shape.expert_bytes()) * shape.num_experts / 1e6);
+  std::printf("wrote %s: %d layer%s of %s, %s scheme, %d file%s, %.1f MB of expert weights per layer\n", dir.c_str(),
+              shape.num_layers, shape.num_layers == 1 ? "" : "s", shape.describe().c_str(),
+              std::string(scheme_name(scheme)).c_str(), shards, shards == 1 ? "" : "s", static_cast<double>(shape.expert_bytes()) * shape.num_experts / 1e6);
   return 0;
 }
 

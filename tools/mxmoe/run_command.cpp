@@ -129,6 +129,11 @@ int run_command(std::span<const std::string> args) {
     }
     LoadedLayer loaded = load_moe_layer(checkpoint, layer, options);
     weights = std::move(loaded.weights);
+    if (weights.shape.spec.router == RouterKind::kCallerTopK) {
+      throw Error(checkpoint.path() + ": layer " + std::to_string(layer) +
+                  " is hash-routed (its experts come from token ids): mxmoe runs it only in the engine form, with "
+                  "the caller's top-k (mxmoe.experts in Python)");
+    }
     if (parsed->has("model")) {
       const MoeShape expected = shape_from_args(*parsed);
       if (expected.num_experts != weights.shape.num_experts || expected.hidden != weights.shape.hidden ||
