@@ -19,6 +19,35 @@ def random_router(rng: np.random.Generator, routed: int, h: int) -> dict:
     }
 
 
+def checkpoint_tensors(naming: str, layer: int, router: dict | None, experts: dict) -> tuple[dict, dict]:
+    """The layer's tensors as a checkpoint names them ("deepseek": DeepSeek's, each expert's w1, w3, w2
+    apart; "deepseek-hf": transformers', stacked), MXFP4 values as int8, and the safetensors dtype of
+    the scales (F8_E8M0, held as uint8). Without `router` the layer is hash-routed: gate.tid2eid only."""
+    e, rows1, k1, _ = experts["gate_up_blocks"].shape
+    i, h = rows1 // 2, 32 * k1
+    fc1 = experts["gate_up_blocks"].reshape(e, rows1, h // 2).view(np.int8)
+    fc2 = experts["down_blocks"].reshape(e, h, i // 2).view(np.int8)
+    if naming == "deepseek-hf":
+        p = f"model.layers.{layer}.mlp."
+        t = {p + "experts.gate_up_proj": fc1, p + "experts.gate_up_proj_scale_inv": experts["gate_up_scales"],
+             p + "experts.down_proj": fc2, p + "experts.down_proj_scale_inv": experts["down_scales"]}
+        bias = "gate.e_score_correction_bias"
+    else:
+        p = f"layers.{layer}.ffn."
+        t = {}
+        for j in range(e):
+            q = f"{p}experts.{j}."
+            t |= {q + "w1.weight": fc1[j, :i], q + "w1.scale": experts["gate_up_scales"][j, :i],
+                  q + "w3.weight": fc1[j, i:], q + "w3.scale": experts["gate_up_scales"][j, i:],
+                  q + "w2.weight": fc2[j], q + "w2.scale": experts["down_scales"][j]}
+        bias = "gate.bias"
+    if router is None:
+        t[p + "gate.tid2eid"] = np.zeros((16, 6), np.int32)
+    else:
+        t |= {p + "gate.weight": router["gate.weight"], p + bias: router["gate.bias"]}
+    return t, {name: "F8_E8M0" for name in t if name.endswith(("scale", "_scale_inv"))}
+
+
 def random_experts(rng: np.random.Generator, e: int, h: int, i: int) -> dict:
     """`e` experts' MXFP4 tensors, FC1 [gate; up], scaled so that FC1 outputs reach the +-10 clamp and
     the layer's output is O(1)."""
@@ -50,9 +79,15 @@ def layer(router: dict, experts: dict, held: list[int], x_bits: np.ndarray, top_
     held[j] is experts' j-th, and pairs routed to experts not held add nothing."""
     x = oracle.from_bf16_bits(x_bits)
     ids, weights = routing(router, x, top_k, routed_scaling)
+    return routed_experts(experts, held, x, ids, weights)
+
+
+def routed_experts(experts: dict, held: list[int], x: np.ndarray, ids: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """The experts' weighted sum for a given routing (ids, weights [T, k]) of x [T, H] float64 (a
+    hash-routed layer's form); expert held[j] is experts' j-th."""
     out = np.zeros_like(x)
     for token in range(x.shape[0]):
-        for slot in range(top_k):
+        for slot in range(ids.shape[1]):
             if ids[token, slot] not in held:
                 continue
             j = held.index(ids[token, slot])
