@@ -103,6 +103,10 @@ Weights from_deepseek_v4_mxfp4(std::optional<Bf16Array<2>> router_weight,
   if (router_weight.has_value() != selection_bias.has_value()) {
     throw Error("a DeepSeek-V4 layer's router has both its weight and its selection bias, or neither (hash-routed)");
   }
+  if (experts && !router_weight) {
+    throw Error("experts: a hash-routed layer has no router to count its routed experts: load the whole layer "
+                "and shard it (Weights.expert_shard)");
+  }
   LayerSpec spec = deepseek_v4_spec(routed_scaling);
   if (!router_weight) spec.router = RouterKind::kCallerTopK;
   auto w = std::make_shared<MoeLayerWeights>();
@@ -120,7 +124,7 @@ Weights from_deepseek_v4_mxfp4(std::optional<Bf16Array<2>> router_weight,
   w->storage = storage;
   if (experts) {
     w->global_experts = std::move(*experts);
-    w->routed_experts = router_weight ? static_cast<int>(router_weight->shape(0)) : w->shape.num_experts;
+    w->routed_experts = static_cast<int>(router_weight->shape(0));
   }
   w->validate();
   return {w};

@@ -111,6 +111,9 @@ def test_a_hash_routed_layer_runs_only_in_the_engine_form(tmp_path, naming):
             layer(x)
         with pytest.raises(ValueError, match="hash-routed"):
             weights.router
+        halves = [mxmoe.CpuLayer(weights.expert_shard(held)).experts(x, ids, topk_weights)
+                  for held in ([0, 2, 4, 6], [1, 3, 5, 7])]
+        assert oracle.relative_error(halves[0] + halves[1], expected) < 2 * BF16_OUTPUT_TOLERANCE
 
 
 def test_bad_tensors_are_named():
