@@ -1,9 +1,15 @@
 // One MoE layer's weights in the checkpoint layout (the gpt-oss original and Hugging Face MXFP4
-// checkpoints store the expert tensors identically; only the names differ):
-//   router_weight [E, H] bf16, router_bias [E] bf16
+// checkpoints store the expert tensors identically; only the names differ). Which tensors are present
+// is the shape's spec's (layer_spec.hpp); an absent one is empty:
+//   router_weight [E, H] bf16                        (absent for RouterKind::kCallerTopK)
+//   router_bias [E] bf16, added to the logits        (RouterKind::kSoftmaxTopK only: gpt-oss)
+//   router_selection_bias [E] fp32, added to the scores to choose experts, never to weigh them
+//                                                    (RouterKind::kSqrtSoftplus only: DeepSeek-V4's
+//                                                    gate.bias, transformers' e_score_correction_bias)
 //   fc1_blocks [E, 2I, H/32, 16] uint8 (E2M1 pairs, low nibble = even element along H)
-//   fc1_scales [E, 2I, H/32] uint8 (E8M0), fc1_bias [E, 2I] bf16; rows alternate glu, linear
-//   fc2_blocks [E, H, I/32, 16] uint8, fc2_scales [E, H, I/32] uint8, fc2_bias [E, H] bf16
+//   fc1_scales [E, 2I, H/32] uint8 (E8M0); rows gate and up in the spec's GateUpLayout
+//   fc2_blocks [E, H, I/32, 16] uint8, fc2_scales [E, H, I/32] uint8
+//   fc1_bias [E, 2I] bf16 (FC1's row order), fc2_bias [E, H] bf16   (LayerSpec::expert_biases only)
 // An expert-parallel shard holds E of the layer's R experts (expert_parallel_shard): its router is
 // the whole layer's, [R, H], so the routing picks among all R, and pairs routed to experts it does
 // not hold contribute nothing.
@@ -26,6 +32,7 @@ struct MoeLayerWeights {
   MoeShape shape;
   std::vector<Bf16> router_weight;
   std::vector<Bf16> router_bias;
+  std::vector<float> router_selection_bias;
   std::vector<Bf16> fc1_bias;
   std::vector<Bf16> fc2_bias;
   std::span<const uint8_t> fc1_blocks;
@@ -70,10 +77,10 @@ MoeLayerWeights quantize_bf16_experts(const MoeShape& shape, std::vector<Bf16> r
                                       std::vector<Bf16> down_bias);
 
 // Rank `rank` of `world` tensor-parallel shards of a layer: it holds the intermediate columns
-// [I rank / world, I (rank + 1) / world), i.e. their gate and linear rows of FC1 and their columns of
-// FC2, widened to whole 32-column scale blocks with zeros in the columns that are not its own (an
-// FC2 column of zeros adds nothing; so does an FC1 row pair of zeros with zero bias, whose
-// activation is 0). FC2's bias is rank 0's alone. Every shard routes as the layer does, and the
+// [I rank / world, I (rank + 1) / world), i.e. their gate and up rows of FC1 (in the layer's
+// GateUpLayout) and their columns of FC2, widened to whole 32-column scale blocks with zeros in the
+// columns that are not its own (an FC2 column of zeros adds nothing; so does an FC1 row pair of zeros
+// with zero bias, whose activation is 0). FC2's bias, where the layer has one, is rank 0's alone. Every shard routes as the layer does, and the
 // shards' outputs sum to the layer's. Throws Error for a rank outside [0, world) or a world with
 // fewer than one column per rank.
 MoeLayerWeights tensor_parallel_shard(const MoeLayerWeights& weights, int rank, int world);
@@ -86,9 +93,11 @@ MoeLayerWeights expert_shard(const MoeLayerWeights& weights, std::span<const int
 // Throws Error for a rank outside [0, world) or a world with fewer than one expert per rank.
 MoeLayerWeights expert_parallel_shard(const MoeLayerWeights& weights, int rank, int world);
 
-// Seeded random weights of the given shape: uniform E2M1 codes, E8M0 scales chosen so that FC1
-// outputs have a standard deviation of a few units (some reach the +-7 clamp) and the layer output
-// is O(1) for unit-normal activations. Deterministic in (shape, seed), whatever the thread count.
+// Seeded random weights of the given shape and spec: uniform E2M1 codes, E8M0 scales chosen so that
+// FC1 outputs have a standard deviation of 3/7 of the activation's limit (about 1% of them reach the
+// clamp) and the layer output is O(1) for unit-normal activations; the tensors the spec has (biases,
+// router bias or selection bias) and no others. Deterministic in (shape, seed), whatever the thread
+// count.
 MoeLayerWeights make_synthetic_layer(const MoeShape& shape, uint64_t seed);
 
 // Seeded unit-normal activations [num_tokens, H] in bf16.

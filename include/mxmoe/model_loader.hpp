@@ -1,5 +1,5 @@
 // Loading a model's MoE layers from a checkpoint a layer at a time: each layer's tensors are checked
-// (load_gpt_oss_layer), then read from the files straight into pinned staging and repacked on the
+// (load_moe_layer), then read from the files straight into pinned staging and repacked on the
 // device (MoeRunner), while a background thread has the kernel read the next layer into its page
 // cache, so that a cold read of layer L + 1 overlaps the upload and repack of layer L. The process
 // holds at most one layer's host state at a time (the staging buffers and the layer's small
@@ -28,19 +28,19 @@ struct LayerLoadProgress {
 };
 using LayerProgressCallback = std::function<void(const LayerLoadProgress&)>;
 
-// The layers 0..N-1 a checkpoint holds under either scheme (MXFP4 or bf16 experts): N, counting
+// The layers 0..N-1 a checkpoint holds under any scheme (MXFP4 or gpt-oss's bf16 experts): N, counting
 // from 0 until the first absent layer.
-int count_gpt_oss_layers(const Checkpoint& checkpoint);
+int count_moe_layers(const Checkpoint& checkpoint);
 
-// The host stage: for each of `layers` in order, load_gpt_oss_layer, then sink(layer, loaded), then
+// The host stage: for each of `layers` in order, load_moe_layer, then sink(layer, loaded), then
 // progress (where set), with the next layer's tensors read ahead into the page cache meanwhile.
-// `loaded` lives until sink returns. Throws what load_gpt_oss_layer or sink throws.
-void for_each_gpt_oss_layer(const Checkpoint& checkpoint, std::span<const int> layers, const LoadOptions& options,
+// `loaded` lives until sink returns. Throws what load_moe_layer or sink throws.
+void for_each_moe_layer(const Checkpoint& checkpoint, std::span<const int> layers, const LoadOptions& options,
                             const std::function<void(int layer, const LoadedLayer& loaded)>& sink,
                             const LayerProgressCallback& progress = {});
 
 struct ModelLoadOptions {
-  std::vector<int> layers;  // empty: every layer the checkpoint holds (count_gpt_oss_layers)
+  std::vector<int> layers;  // empty: every layer the checkpoint holds (count_moe_layers)
   LoadOptions load;
   RunnerOptions runner;  // for every layer's runner (its allocator, activations, ...)
   LayerProgressCallback progress;

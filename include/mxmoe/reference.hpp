@@ -1,9 +1,9 @@
-// The CPU reference of the whole gpt-oss MoE layer (formula in moe_shape.hpp): the oracle of every
-// GPU test and the CPU backend of `mxmoe run`.
+// The CPU reference of the whole MoE layer as its spec describes it (layer_spec.hpp: gpt-oss,
+// DeepSeek-V4): the oracle of every GPU test and the CPU backend of `mxmoe run`.
 //
 // Precision: bf16 activations in, MXFP4 weights decoded exactly to float32, float32 accumulation
-// and float32 intermediates (router logits, expert weights, FC1 output, activation, expert outputs),
-// one rounding to bf16 at the end. PyTorch's reference rounds logits, the softmax and every
+// and float32 intermediates (router logits and scores, expert weights, FC1 output, activation, expert
+// outputs), one rounding to bf16 at the end. PyTorch's reference rounds logits, the softmax and every
 // intermediate to bf16; we keep them in float32 so that the reference is a well-defined function
 // that a float64 evaluation confirms to 1e-5, and GPU kernels are judged against that.
 // Top-k ties go to the lower expert index (torch.topk leaves ties unspecified).
@@ -27,14 +27,22 @@ inline constexpr int32_t kNoExpert = -1;
 struct Routing {
   int num_tokens = 0;
   int top_k = 0;
-  std::vector<int32_t> experts;  // [T, k], by descending logit, ties to the lower expert
-  std::vector<float> weights;    // [T, k], softmax over the k selected logits
+  std::vector<int32_t> experts;  // [T, k], by descending selection key, ties to the lower expert
+  std::vector<float> weights;    // [T, k], as the spec's router weighs them
 };
 
-// logits [T, R] = x W_gate^T + b_gate, float32 (R: the routed experts, the layer's E but for a shard).
+// logits [T, R] = x W_gate^T (+ router_bias for RouterKind::kSoftmaxTopK), float32 (R: the routed
+// experts, the layer's E but for a shard). Throws Error for a caller-routed layer, which has no router.
 std::vector<float> router_logits(const MoeLayerWeights& weights, std::span<const Bf16> x, int num_tokens);
-// Top-k + softmax per token. NaN logits rank below every number.
+// RouterKind::kSoftmaxTopK: top-k of the logits + softmax over the k chosen, per token. NaN logits
+// rank below every number.
 Routing route(std::span<const float> logits, int num_tokens, int num_experts, int top_k);
+// RouterKind::kSqrtSoftplus: scores s = sqrt(softplus(l)) (softplus as torch's, l beyond 20 taken as
+// is), top-k of s + selection_bias [num_experts], weights s / (sum of the k chosen s) * routed_scaling.
+Routing route_sqrt_softplus(std::span<const float> logits, std::span<const float> selection_bias, int num_tokens,
+                            int num_experts, int top_k, float routed_scaling);
+// The layer's router (its spec's kind) on logits [T, R]. Throws Error for a caller-routed layer.
+Routing route_layer(const MoeLayerWeights& weights, std::span<const float> logits, int num_tokens);
 
 // How close the float32 reference must be to the float64 evaluation, by norm.
 inline constexpr double kReferenceRelTolerance = 1e-5;
@@ -57,12 +65,13 @@ struct ReferenceResult {
   std::vector<float> out;     // [T, H] float32, before the final rounding
   std::vector<Bf16> out_bf16; // [T, H]
   // With keep_intermediates, per (token, slot) in routing order, i.e. row t * k + slot:
-  std::vector<float> fc1_out;     // [T * k, 2I] W1 x + b1, before the activation
+  std::vector<float> fc1_out;     // [T * k, 2I] W1 x + b1 in the weights' row order, before the activation
   std::vector<float> activation;  // [T * k, I]
   std::vector<float> expert_out;  // [T * k, H] W2 a + b2, before the routing weight
 };
 
-// The three entry points differ only in where the routing comes from.
+// The three entry points differ only in where the routing comes from; the first two take the
+// layer's router (the spec's), and throw Error for a caller-routed layer.
 ReferenceResult reference_forward(const MoeLayerWeights& weights, std::span<const Bf16> x, int num_tokens,
                                   const ReferenceOptions& options = {});
 ReferenceResult reference_forward_from_logits(const MoeLayerWeights& weights, std::span<const Bf16> x,

@@ -20,7 +20,8 @@
 
 namespace mxmoe {
 
-enum class Dtype { kBool, kU8, kI8, kF8E4M3, kF8E5M2, kI16, kU16, kF16, kBF16, kI32, kU32, kF32, kI64, kU64, kF64 };
+// kF8E8M0: an MX scale, 2^(e - 127) (DeepSeek-V4's expert scales; torch.float8_e8m0fnu).
+enum class Dtype { kBool, kU8, kI8, kF8E4M3, kF8E5M2, kF8E8M0, kI16, kU16, kF16, kBF16, kI32, kU32, kF32, kI64, kU64, kF64 };
 
 std::string_view dtype_name(Dtype dtype);  // the safetensors spelling: "U8", "BF16", ...
 size_t dtype_size(Dtype dtype);

@@ -1,7 +1,9 @@
-"""mxmoe: the mixture-of-experts layer of MXFP4 models (gpt-oss) on NVIDIA GPUs, and its CPU reference.
+"""mxmoe: the mixture-of-experts layer of MXFP4 models (gpt-oss; DeepSeek-V4 on the CPU) on NVIDIA
+GPUs, and its CPU reference.
 
-Weights come from a gpt-oss checkpoint, from one layer's tensors (Hugging Face or openai names, MXFP4
-or dense bf16 experts), or are synthetic; they are repacked once by the layer built from them.
+Weights come from a gpt-oss or DeepSeek-V4 checkpoint, from one layer's tensors (any of their
+namings; gpt-oss's also as dense bf16 experts), or are synthetic; they are repacked once by the
+layer built from them.
 
     import mxmoe
     weights = mxmoe.load_checkpoint("gpt-oss-20b/original", layer=3)
@@ -14,6 +16,7 @@ On a GPU, through PyTorch: `import mxmoe.torch` (mxmoe/torch.py).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
@@ -26,6 +29,7 @@ __version__ = "0.1.0"
 __all__ = [
     "Error",
     "Shape",
+    "Spec",
     "Weights",
     "CpuLayer",
     "load_checkpoint",
@@ -42,6 +46,22 @@ class Shape(NamedTuple):
     intermediate: int
 
 
+class Spec(NamedTuple):
+    """What a layer computes besides its sizes (include/mxmoe/layer_spec.hpp). An expert:
+    gate = min(gate, swiglu_limit), up = clamp(up, -swiglu_limit, swiglu_limit),
+    a = gate * sigmoid(swiglu_alpha * gate) * (up + up_offset). gpt-oss: alpha 1.702, limit 7, up + 1,
+    interleaved gate/up rows, expert biases, softmax-top-k. DeepSeek-V4: alpha 1, limit 10, up + 0,
+    concatenated [gate; up], no biases, sqrt-softplus (weights times routed_scaling) or, on its
+    hash-routed layers, caller-top-k (the engine form only)."""
+    router: str           # "softmax-top-k", "sqrt-softplus" or "caller-top-k"
+    routed_scaling: float
+    swiglu_alpha: float
+    swiglu_limit: float
+    up_offset: float
+    gate_up: str          # "interleaved" or "concatenated"
+    expert_biases: bool
+
+
 class Weights:
     """One MoE layer's weights with MXFP4 experts, held on the host. `shape.num_experts` counts the
     experts held; an expert-parallel shard holds some of the layer's `routed_experts`."""
@@ -52,6 +72,10 @@ class Weights:
     @property
     def shape(self) -> Shape:
         return Shape(*self._core.shape)
+
+    @property
+    def spec(self) -> Spec:
+        return Spec(*self._core.spec)
 
     @property
     def routed_experts(self) -> int:
@@ -65,10 +89,14 @@ class Weights:
 
     @property
     def router(self) -> tuple[np.ndarray, np.ndarray]:
-        """The router, which every shard holds whole: weight [R, H] and bias [R], float32 holding bf16
-        values (logits = x weight^T + bias)."""
+        """The router, which every shard holds whole: weight [R, H] (float32 holding bf16 values) and
+        bias [R] float32. softmax-top-k: logits = x weight^T + bias (a bf16 bias). sqrt-softplus: the
+        scores sqrt(softplus(x weight^T)) weigh the experts, scores + bias choose them. A caller-top-k
+        (hash-routed) layer has none: ValueError."""
+        if self.spec.router == "caller-top-k":
+            raise ValueError("router: the layer is hash-routed (caller-top-k): it has no router")
         weight, bias = self._core.router
-        return _bf16_bits_to_float32(weight), _bf16_bits_to_float32(bias).reshape(-1)
+        return _bf16_bits_to_float32(weight), bias
 
     def tensor_parallel_shard(self, rank: int, world: int) -> Weights:
         """Rank `rank` of `world` tensor-parallel shards: a slice of the intermediate dimension (its
@@ -106,20 +134,24 @@ class Weights:
         return Weights(self._core.expert_shard(ids))
 
     def __repr__(self) -> str:
-        s = self.shape
+        s, spec = self.shape, self.spec
         shard = "" if self.routed_experts == s.num_experts else f" of {self.routed_experts}"
-        return f"mxmoe.Weights(E={s.num_experts}{shard}, k={s.top_k}, H={s.hidden}, I={s.intermediate})"
+        router = "" if spec.router == "softmax-top-k" else f", router={spec.router}"
+        if spec.router == "sqrt-softplus":
+            router += f"*{spec.routed_scaling:g}"
+        return f"mxmoe.Weights(E={s.num_experts}{shard}, k={s.top_k}, H={s.hidden}, I={s.intermediate}{router})"
 
 
 def load_checkpoint(path: str, layer: int = 0, *, scheme: str | None = None,
                     quantize_bf16_experts: bool = False) -> Weights:
-    """Layer `layer` of a gpt-oss checkpoint: a .safetensors file, a directory with
-    model.safetensors.index.json, or a directory of .safetensors files; openai (block.N.mlp.*) or
-    Hugging Face (model.layers.N.mlp.*) names. `scheme` ("openai" or "hf") chooses where a checkpoint
-    holds both; `quantize_bf16_experts` quantises a dequantised save's bf16 experts to MXFP4."""
+    """Layer `layer` of a gpt-oss or DeepSeek-V4 checkpoint: a .safetensors file, a directory with
+    model.safetensors.index.json, or a directory of .safetensors files; gpt-oss's openai
+    (block.N.mlp.*) or Hugging Face (model.layers.N.mlp.*) names, DeepSeek-V4's own (layers.N.ffn.*)
+    or transformers' (model.layers.N.mlp.*). `scheme` ("openai", "hf", "deepseek", "deepseek-hf")
+    chooses where a checkpoint holds several; `quantize_bf16_experts` quantises a dequantised save's bf16 experts to MXFP4."""
     _check_int("layer", layer)
-    if scheme not in (None, "openai", "hf"):
-        raise ValueError(f"scheme: expected 'openai', 'hf' or None, got {scheme!r}")
+    if scheme not in (None, "openai", "hf", "deepseek", "deepseek-hf"):
+        raise ValueError(f"scheme: expected 'openai', 'hf', 'deepseek', 'deepseek-hf' or None, got {scheme!r}")
     return Weights(_mxmoe.load_checkpoint(str(path), layer, scheme, bool(quantize_bf16_experts)))
 
 
@@ -150,26 +182,62 @@ _DENSE_NAMES = {
 }
 
 
-def weights_from_tensors(tensors: Mapping[str, Any], *, top_k: int = 4) -> Weights:
+# DeepSeek-V4's layer in transformers' names (the experts stacked, [w1; w3] as gate_up) and in DeepSeek's
+# own (the router here, each expert's w1, w3, w2 apart: _DEEPSEEK_EXPERT_W1).
+_DEEPSEEK_HF_NAMES = {
+    "router_weight": "gate.weight", "selection_bias": "gate.e_score_correction_bias", "tid2eid": "gate.tid2eid",
+    "fc1": "experts.gate_up_proj", "fc1_scales": "experts.gate_up_proj_scale_inv",
+    "fc2": "experts.down_proj", "fc2_scales": "experts.down_proj_scale_inv",
+}
+_DEEPSEEK_NAMES = {"router_weight": "gate.weight", "selection_bias": "gate.bias", "tid2eid": "gate.tid2eid"}
+_DEEPSEEK_EXPERT_W1 = re.compile(r"(?:^|\.)experts\.(\d+)\.w1\.weight$")
+
+
+def weights_from_tensors(tensors: Mapping[str, Any], *, top_k: int | None = None,
+                         routed_scaling: float | None = None) -> Weights:
     """One layer's weights from its tensors (NumPy arrays or CPU torch tensors), named as in a
     checkpoint, with or without their layer prefix:
-      Hugging Face  router.weight/bias, experts.gate_up_proj_blocks/_scales/_bias,
+      gpt-oss, Hugging Face  router.weight/bias, experts.gate_up_proj_blocks/_scales/_bias,
                     experts.down_proj_blocks/_scales/_bias (MXFP4: uint8 blocks and E8M0 scales)
-      openai        gate.weight/bias, mlp1_weight.blocks/.scales, mlp1_bias, mlp2_weight.blocks/.scales, mlp2_bias
-      dense bf16    router.weight/bias, experts.gate_up_proj [E, H, 2I], experts.gate_up_proj_bias,
+      gpt-oss, openai  gate.weight/bias, mlp1_weight.blocks/.scales, mlp1_bias, mlp2_weight.blocks/.scales,
+                    mlp2_bias
+      gpt-oss, dense bf16  router.weight/bias, experts.gate_up_proj [E, H, 2I], experts.gate_up_proj_bias,
                     experts.down_proj [E, I, H], experts.down_proj_bias (transformers' GptOssExperts),
                     quantised to MXFP4 here (losslessly for weights that were MXFP4)
-    Router weights and biases may be bf16, float16 or float32 (rounded to bf16)."""
-    _check_int("top_k", top_k)
+      DeepSeek-V4, transformers  gate.weight [E, H], gate.e_score_correction_bias [E] float32,
+                    experts.gate_up_proj [E, 2I, H/2] ([gate; up]) and experts.down_proj [E, H, I/2]
+                    (int8 or uint8: two E2M1 a byte, low nibble first), their _scale_inv [.., K/32]
+                    (uint8 or float8_e8m0fnu)
+      DeepSeek-V4, DeepSeek  gate.weight, gate.bias [E] float32, experts.{e}.w1/w3.weight [I, H/2] (gate, up),
+                    experts.{e}.w2.weight [H, I/2], each with its .scale [.., K/32]
+    A DeepSeek-V4 layer with gate.tid2eid is hash-routed: no router is read, and only the engine form
+    (CpuLayer.experts) runs it.
+    Router weights and gpt-oss's biases may be bf16, float16 or float32 (rounded to bf16).
+    top_k: the experts per token (default the model's: 4 for gpt-oss, 6 for DeepSeek-V4).
+    routed_scaling: DeepSeek-V4's routed_scaling_factor (config.json; V4-Flash 1.5, V4-Pro 2.5), required
+    for its sqrt-softplus-routed layers; a hash-routed layer's weights, scaling included, are the caller's."""
+    if top_k is not None:
+        _check_int("top_k", top_k)
+    if routed_scaling is not None and not (isinstance(routed_scaling, (int, float, np.floating))
+                                           and not isinstance(routed_scaling, bool)
+                                           and np.isfinite(routed_scaling) and routed_scaling > 0):
+        raise ValueError(f"routed_scaling: expected a finite number above 0, got {routed_scaling!r}")
     if not isinstance(tensors, Mapping):
         raise TypeError(f"tensors: expected a mapping of names to arrays, got {type(tensors).__name__}")
+    if _is_deepseek_v4(tensors):
+        stacked = _find(tensors, _DEEPSEEK_HF_NAMES["fc1_scales"], required=False) is not None
+        return _deepseek_v4_weights(tensors, stacked, 6 if top_k is None else top_k, routed_scaling)
+    if routed_scaling is not None:
+        raise ValueError("routed_scaling: gpt-oss layers have none (it is DeepSeek-V4's routed_scaling_factor)")
+    top_k = 4 if top_k is None else top_k
     for scheme, names in (("hf", _HF_NAMES), ("openai", _OPENAI_NAMES)):
         if _find(tensors, names["fc1_blocks"], required=False) is not None:
             return _mxfp4_weights(tensors, names, top_k)
     if _find(tensors, _DENSE_NAMES["gate_up"], required=False) is not None:
         return _dense_weights(tensors, top_k)
     raise ValueError("tensors: no MoE expert tensors (looked for names ending in "
-                     f"'{_HF_NAMES['fc1_blocks']}', '{_OPENAI_NAMES['fc1_blocks']}' or '{_DENSE_NAMES['gate_up']}')")
+                     f"'{_HF_NAMES['fc1_blocks']}', '{_OPENAI_NAMES['fc1_blocks']}', '{_DENSE_NAMES['gate_up']}', "
+                     f"'{_DEEPSEEK_HF_NAMES['fc1_scales']}' or 'experts.0.w1.weight')")
 
 
 def _mxfp4_weights(tensors, names, top_k) -> Weights:
@@ -206,6 +274,93 @@ def _dense_weights(tensors, top_k) -> Weights:
     return Weights(_mxmoe.weights_from_bf16_experts(top_k=top_k, **arrays))
 
 
+def _is_deepseek_v4(tensors) -> bool:
+    """Whether the tensors are a DeepSeek-V4 layer's, in either naming."""
+    return (_find(tensors, _DEEPSEEK_HF_NAMES["fc1_scales"], required=False) is not None
+            or any(_DEEPSEEK_EXPERT_W1.search(name) for name in tensors))
+
+
+def _deepseek_v4_weights(tensors, stacked: bool, top_k: int, routed_scaling) -> Weights:
+    names = _DEEPSEEK_HF_NAMES if stacked else _DEEPSEEK_NAMES
+    if stacked:
+        fc1 = _as_e2m1_pairs(_find(tensors, names["fc1"]), names["fc1"])
+        if fc1.ndim != 3 or fc1.shape[1] % 2:
+            raise ValueError(f"{names['fc1']}: expected [E, 2I, H/2] int8, got {list(fc1.shape)}")
+        e, rows1, half_h = fc1.shape
+        h, i = 2 * half_h, rows1 // 2
+        _check_multiples_of_32(h, i, names["fc1"])
+        fc1_scales = _expect_shape(_as_e8m0(_find(tensors, names["fc1_scales"]), names["fc1_scales"]),
+                                   (e, rows1, h // 32), names["fc1_scales"])
+        fc2 = _expect_shape(_as_e2m1_pairs(_find(tensors, names["fc2"]), names["fc2"]), (e, h, i // 2), names["fc2"])
+        fc2_scales = _expect_shape(_as_e8m0(_find(tensors, names["fc2_scales"]), names["fc2_scales"]),
+                                   (e, h, i // 32), names["fc2_scales"])
+    else:
+        fc1, fc1_scales, fc2, fc2_scales = _stacked_deepseek_experts(tensors)
+        e, rows1, half_h = fc1.shape
+        h, i = 2 * half_h, rows1 // 2
+    _check_top_k(top_k, e)
+    router_weight = selection_bias = None
+    if _find(tensors, names["tid2eid"], required=False) is None:
+        if routed_scaling is None:
+            raise ValueError("routed_scaling: a DeepSeek-V4 layer routed by its scores needs its routed_scaling_factor "
+                             "(config.json; V4-Flash 1.5, V4-Pro 2.5)")
+        router_weight = _expect_shape(_as_bf16_bits(_find(tensors, names["router_weight"]), names["router_weight"]),
+                                      (e, h), names["router_weight"])
+        selection_bias = _expect_shape(_as_float32(_find(tensors, names["selection_bias"]), names["selection_bias"]),
+                                       (e,), names["selection_bias"])
+    return Weights(_mxmoe.weights_from_deepseek_v4_mxfp4(
+        router_weight, selection_bias, fc1.reshape(e, rows1, h // 32, 16), fc1_scales,
+        fc2.reshape(e, h, i // 32, 16), fc2_scales, top_k,
+        1.0 if router_weight is None else float(routed_scaling), None))
+
+
+def _stacked_deepseek_experts(tensors):
+    """DeepSeek's per-expert tensors stacked as transformers holds them: FC1 [E, 2I, H/2] ([w1; w3] of
+    each expert) with its scales [E, 2I, H/32], FC2 [E, H, I/2] with [E, H, I/32]."""
+    prefixes = {}
+    for name in tensors:
+        match = _DEEPSEEK_EXPERT_W1.search(name)
+        if match:
+            expert = int(match.group(1))
+            if expert in prefixes:
+                raise ValueError(f"tensors: several tensors end in 'experts.{expert}.w1.weight' "
+                                 f"({prefixes[expert]}w1.weight, {name}); give one layer's tensors")
+            prefixes[expert] = name[:-len("w1.weight")]
+    missing = sorted(set(range(max(prefixes) + 1)) - set(prefixes))
+    if missing:
+        raise ValueError(f"tensors: no tensor named 'experts.{missing[0]}.w1.weight' (experts 0 to {max(prefixes)} "
+                         "are expected)")
+
+    def get(expert: int, suffix: str, convert, shape):
+        name = prefixes[expert] + suffix
+        if name not in tensors:
+            raise ValueError(f"tensors: no tensor named '{name}'")
+        array = convert(tensors[name], name)
+        if shape is not None:
+            _expect_shape(array, shape, name)
+        return array
+
+    first = get(0, "w1.weight", _as_e2m1_pairs, None)
+    if first.ndim != 2:
+        raise ValueError(f"{prefixes[0]}w1.weight: expected [I, H/2] int8, got {list(first.shape)}")
+    i, h = first.shape[0], 2 * first.shape[1]
+    _check_multiples_of_32(h, i, prefixes[0] + "w1.weight")
+    fc1, fc1_scales, fc2, fc2_scales = [], [], [], []
+    for e in range(len(prefixes)):
+        fc1.append(np.concatenate([get(e, "w1.weight", _as_e2m1_pairs, (i, h // 2)),
+                                   get(e, "w3.weight", _as_e2m1_pairs, (i, h // 2))]))
+        fc1_scales.append(np.concatenate([get(e, "w1.scale", _as_e8m0, (i, h // 32)),
+                                          get(e, "w3.scale", _as_e8m0, (i, h // 32))]))
+        fc2.append(get(e, "w2.weight", _as_e2m1_pairs, (h, i // 2)))
+        fc2_scales.append(get(e, "w2.scale", _as_e8m0, (h, i // 32)))
+    return np.stack(fc1), np.stack(fc1_scales), np.stack(fc2), np.stack(fc2_scales)
+
+
+def _check_multiples_of_32(h: int, i: int, name: str) -> None:
+    if h % 32 or i % 32 or h < 32 or i < 32:
+        raise ValueError(f"{name}: H and I must be positive multiples of 32 (one E8M0 scale per 32), got H {h}, I {i}")
+
+
 class CpuLayer:
     """The layer on the CPU (mxmoe's float32 reference, threaded), on NumPy arrays.
 
@@ -222,6 +377,9 @@ class CpuLayer:
         """The whole layer: routing (from the layer's router, or from `router_logits` [T, R] float32, R
         the routed experts), the experts and the weighted sum."""
         core = self._live()
+        if core.spec.router == "caller-top-k":
+            raise ValueError("layer: hash-routed (its experts come from token ids): call experts() with the "
+                             "caller's routing")
         bits = self._input(x)
         logits = None
         if router_logits is not None:
@@ -307,6 +465,8 @@ def _to_numpy(a, name: str) -> np.ndarray:
         import torch
         if a.dtype == torch.bfloat16:
             return a.view(torch.int16).numpy().view(np.uint16)
+        if a.dtype == getattr(torch, "float8_e8m0fnu", None):  # NumPy has no such dtype: its bits
+            return a.view(torch.uint8).numpy()
         return a.numpy()
     try:
         return np.asarray(a)
@@ -319,6 +479,22 @@ def _as_uint8(a, name: str) -> np.ndarray:
     if arr.dtype != np.uint8:
         raise TypeError(f"{name}: expected uint8 (packed E2M1 codes or E8M0 scales), got {arr.dtype}")
     return np.ascontiguousarray(arr)
+
+
+def _as_e2m1_pairs(a, name: str) -> np.ndarray:
+    """Packed E2M1 values (two a byte), int8 as DeepSeek-V4's checkpoints store them or uint8, as uint8."""
+    arr = _to_numpy(a, name)
+    if arr.dtype not in (np.int8, np.uint8):
+        raise TypeError(f"{name}: expected int8 or uint8 (packed E2M1 values), got {arr.dtype}")
+    return np.ascontiguousarray(arr).view(np.uint8)
+
+
+def _as_e8m0(a, name: str) -> np.ndarray:
+    """E8M0 scales, uint8 or float8_e8m0fnu (ml_dtypes, torch), as their uint8 bits."""
+    arr = _to_numpy(a, name)
+    if arr.dtype != np.uint8 and arr.dtype.name != "float8_e8m0fnu":
+        raise TypeError(f"{name}: expected uint8 or float8_e8m0fnu (E8M0 scales), got {arr.dtype}")
+    return np.ascontiguousarray(arr).view(np.uint8)
 
 
 def _as_float32(a, name: str) -> np.ndarray:

@@ -223,6 +223,9 @@ _DENSE_MEMBERS = {"router_weight": "router_weight", "router_bias": "router_bias"
 def _device_tensors(tensors: Mapping[str, Any], top_k: int):
     """(shape, device, {DeviceLayerTensors member: tensor}) of one layer's CUDA tensors, each checked
     against the layer's shape, float16 widened to float32 and made contiguous."""
+    if mxmoe._is_deepseek_v4(tensors):
+        raise ValueError("tensors: a DeepSeek-V4 layer's, which the GPU kernels do not compute yet "
+                         "(mxmoe.weights_from_tensors and mxmoe.CpuLayer compute it on the CPU)")
     for names in (mxmoe._HF_NAMES, mxmoe._OPENAI_NAMES):
         if mxmoe._find(tensors, names["fc1_blocks"], required=False) is not None:
             break
@@ -379,8 +382,8 @@ def load_model(path: str, layers: Iterable[int] | None = None, device: torch.dev
     process holds one layer's host memory at most. Prints a line per layer to stderr (layers done,
     GB, GB/s) and a summary unless `quiet`. `max_tokens`, `scheme` and `quantize_bf16_experts` are
     MoeLayer's and mxmoe.load_checkpoint's."""
-    if scheme not in (None, "openai", "hf"):
-        raise ValueError(f"scheme: expected 'openai', 'hf' or None, got {scheme!r}")
+    if scheme not in (None, "openai", "hf", "deepseek", "deepseek-hf"):
+        raise ValueError(f"scheme: expected 'openai', 'hf', 'deepseek', 'deepseek-hf' or None, got {scheme!r}")
     wanted: list[int] = []
     if layers is not None:
         for layer in layers:

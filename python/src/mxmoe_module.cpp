@@ -44,6 +44,15 @@ struct Weights {
     const MoeShape& s = w->shape;
     return nb::make_tuple(s.num_experts, s.top_k, s.hidden, s.intermediate);
   }
+  // (router, routed_scaling, swiglu_alpha, swiglu_limit, up_offset, gate_up, expert_biases): mxmoe.Spec.
+  nb::tuple spec() const {
+    const LayerSpec& s = w->shape.spec;
+    const char* router = s.router == RouterKind::kSoftmaxTopK    ? "softmax-top-k"
+                         : s.router == RouterKind::kSqrtSoftplus ? "sqrt-softplus"
+                                                                 : "caller-top-k";
+    return nb::make_tuple(router, s.routed_scaling, s.activation.alpha, s.activation.limit, s.activation.up_offset,
+                          s.gate_up == GateUpLayout::kInterleaved ? "interleaved" : "concatenated", s.expert_biases);
+  }
   static Weights of(MoeLayerWeights weights) { return {std::make_shared<MoeLayerWeights>(std::move(weights))}; }
 };
 
@@ -82,6 +91,45 @@ Weights from_mxfp4_arrays(const Bf16Array<2>& router_weight, const Bf16Array<1>&
   return {w};
 }
 
+// A DeepSeek-V4 layer (deepseek_v4_spec): the router's weight [R, H] and fp32 selection bias [R] (both
+// absent for a hash-routed layer, which takes the caller's top-k), the experts' FC1 ([gate; up] rows)
+// and FC2 blocks and scales. `experts`, where given, are the layer's ids of the E experts held (an
+// expert-parallel shard of R routed experts).
+Weights from_deepseek_v4_mxfp4(std::optional<Bf16Array<2>> router_weight,
+                               std::optional<HostArray<float, 1>> selection_bias,
+                               const HostArray<uint8_t, 4>& fc1_blocks, const HostArray<uint8_t, 3>& fc1_scales,
+                               const HostArray<uint8_t, 4>& fc2_blocks, const HostArray<uint8_t, 3>& fc2_scales,
+                               int top_k, float routed_scaling, std::optional<std::vector<int32_t>> experts) {
+  if (router_weight.has_value() != selection_bias.has_value()) {
+    throw Error("a DeepSeek-V4 layer's router has both its weight and its selection bias, or neither (hash-routed)");
+  }
+  if (experts && !router_weight) {
+    throw Error("experts: a hash-routed layer has no router to count its routed experts: load the whole layer "
+                "and shard it (Weights.expert_shard)");
+  }
+  LayerSpec spec = deepseek_v4_spec(routed_scaling);
+  if (!router_weight) spec.router = RouterKind::kCallerTopK;
+  auto w = std::make_shared<MoeLayerWeights>();
+  w->shape = MoeShape{static_cast<int>(fc1_blocks.shape(0)), top_k, static_cast<int>(fc1_blocks.shape(2) * 32),
+                      static_cast<int>(fc1_blocks.shape(1) / 2), 1, spec};
+  auto storage = std::make_shared<std::vector<std::shared_ptr<std::vector<uint8_t>>>>();
+  if (router_weight) {
+    w->router_weight = bf16_vector(*router_weight);
+    w->router_selection_bias.assign(selection_bias->data(), selection_bias->data() + selection_bias->size());
+  }
+  w->fc1_blocks = keep(*storage, fc1_blocks);
+  w->fc1_scales = keep(*storage, fc1_scales);
+  w->fc2_blocks = keep(*storage, fc2_blocks);
+  w->fc2_scales = keep(*storage, fc2_scales);
+  w->storage = storage;
+  if (experts) {
+    w->global_experts = std::move(*experts);
+    w->routed_experts = static_cast<int>(router_weight->shape(0));
+  }
+  w->validate();
+  return {w};
+}
+
 Weights from_bf16_experts(const Bf16Array<2>& router_weight, const Bf16Array<1>& router_bias,
                           const Bf16Array<3>& gate_up, const Bf16Array<2>& gate_up_bias, const Bf16Array<3>& down,
                           const Bf16Array<2>& down_bias, int top_k) {
@@ -96,7 +144,7 @@ Weights load_checkpoint(const std::string& path, int layer, std::optional<std::s
   LoadOptions options;
   if (scheme) options.scheme = parse_scheme(*scheme);
   options.quantize_bf16_experts = quantize;
-  return Weights::of(load_gpt_oss_layer(Checkpoint::open(path), layer, options).weights);
+  return Weights::of(load_moe_layer(Checkpoint::open(path), layer, options).weights);
 }
 
 // A new NumPy array of bf16 bits [rows, cols] holding `values`.
@@ -104,6 +152,13 @@ nb::ndarray<nb::numpy, uint16_t, nb::ndim<2>> bf16_result(std::vector<Bf16> valu
   auto* owned = new std::vector<Bf16>(std::move(values));
   nb::capsule owner(owned, [](void* p) noexcept { delete static_cast<std::vector<Bf16>*>(p); });
   return {reinterpret_cast<uint16_t*>(owned->data()), {rows, cols}, owner};
+}
+
+// A new NumPy float32 array [n] holding `values`.
+nb::ndarray<nb::numpy, float, nb::ndim<1>> float_result(std::vector<float> values) {
+  auto* owned = new std::vector<float>(std::move(values));
+  nb::capsule owner(owned, [](void* p) noexcept { delete static_cast<std::vector<float>*>(p); });
+  return {owned->data(), {owned->size()}, owner};
 }
 
 auto cpu_forward(const Weights& weights, const Bf16Array<2>& x, std::optional<HostArray<float>> router_logits) {
@@ -335,7 +390,7 @@ class Runner {
 // for_each_layer calls on_layer(layer, Weights) for each of `layers` in order (Python builds the
 // layer's runner there, through the same constructor as any other), then on_progress(dict) where
 // given; the next layer is read ahead into the page cache meanwhile. An empty `layers`: all of them.
-int count_layers(const std::string& path) { return count_gpt_oss_layers(Checkpoint::open(path)); }
+int count_layers(const std::string& path) { return count_moe_layers(Checkpoint::open(path)); }
 
 void for_each_layer(const std::string& path, std::vector<int> layers, std::optional<std::string> scheme,
                     bool quantize, const nb::callable& on_layer, std::optional<nb::callable> on_progress) {
@@ -344,8 +399,8 @@ void for_each_layer(const std::string& path, std::vector<int> layers, std::optio
   options.quantize_bf16_experts = quantize;
   const Checkpoint checkpoint = Checkpoint::open(path);
   if (layers.empty()) {
-    for (int l = 0, count = count_gpt_oss_layers(checkpoint); l < count; ++l) layers.push_back(l);
-    if (layers.empty()) load_gpt_oss_layer(checkpoint, 0, options);  // throws, naming what it looked for
+    for (int l = 0, count = count_moe_layers(checkpoint); l < count; ++l) layers.push_back(l);
+    if (layers.empty()) load_moe_layer(checkpoint, 0, options);  // throws, naming what it looked for
   }
   LayerProgressCallback progress;
   if (on_progress) {
@@ -361,7 +416,7 @@ void for_each_layer(const std::string& path, std::vector<int> layers, std::optio
       (*on_progress)(d);
     };
   }
-  for_each_gpt_oss_layer(
+  for_each_moe_layer(
       checkpoint, layers, options,
       [&](int layer, const LoadedLayer& loaded) { on_layer(layer, Weights::of(loaded.weights)); }, progress);
 }
@@ -384,13 +439,19 @@ NB_MODULE(_mxmoe, m) {
                      }
                      return ids;
                    })
+      .def_prop_ro("spec", &Weights::spec, "(router, routed_scaling, swiglu_alpha, swiglu_limit, up_offset, "
+                                           "gate_up, expert_biases)")
       .def_prop_ro("router",
                    [](const Weights& w) {
+                     if (w.w->router_weight.empty()) throw Error("the layer is hash-routed: it has no router");
                      const size_t routed = w.w->num_routed_experts(), hidden = w.w->shape.hidden;
+                     std::vector<float> bias = w.w->router_selection_bias;
+                     for (const Bf16 b : w.w->router_bias) bias.push_back(bf16_to_float(b));
                      return nb::make_tuple(bf16_result(w.w->router_weight, routed, hidden),
-                                           bf16_result(w.w->router_bias, 1, routed));
+                                           float_result(std::move(bias)));
                    },
-                   "(weight [R, H], bias [1, R]) as bf16 bits")
+                   "(weight [R, H] as bf16 bits, bias [R] float32): the logits' bias (softmax-top-k) or the "
+                   "selection bias (sqrt-softplus); the layer has a router unless its spec's is caller-top-k")
       .def("tensor_parallel_shard",
            [](const Weights& w, int rank, int world) { return Weights::of(tensor_parallel_shard(*w.w, rank, world)); },
            "rank"_a, "world"_a)
@@ -403,6 +464,9 @@ NB_MODULE(_mxmoe, m) {
   m.def("load_checkpoint", &load_checkpoint, "path"_a, "layer"_a, "scheme"_a.none(), "quantize_bf16_experts"_a);
   m.def("weights_from_mxfp4", &from_mxfp4_arrays, "router_weight"_a, "router_bias"_a, "fc1_blocks"_a, "fc1_scales"_a,
         "fc1_bias"_a, "fc2_blocks"_a, "fc2_scales"_a, "fc2_bias"_a, "top_k"_a);
+  m.def("weights_from_deepseek_v4_mxfp4", &from_deepseek_v4_mxfp4, "router_weight"_a.none(), "selection_bias"_a.none(),
+        "fc1_blocks"_a, "fc1_scales"_a, "fc2_blocks"_a, "fc2_scales"_a, "top_k"_a, "routed_scaling"_a,
+        "experts"_a.none());
   m.def("weights_from_bf16_experts", &from_bf16_experts, "router_weight"_a, "router_bias"_a, "gate_up"_a,
         "gate_up_bias"_a, "down"_a, "down_bias"_a, "top_k"_a);
   m.def("synthetic_weights",

@@ -90,13 +90,16 @@ def layer(t: dict, x_bits: np.ndarray, top_k: int | None = None, ids=None, weigh
     return out
 
 
-def write_safetensors(path, tensors: dict) -> None:
-    """A safetensors file of NumPy arrays (uint16 arrays are written as BF16)."""
-    dtypes = {np.dtype(np.uint8): "U8", np.dtype(np.uint16): "BF16", np.dtype(np.float32): "F32"}
+def write_safetensors(path, tensors: dict, dtype_names: dict | None = None) -> None:
+    """A safetensors file of NumPy arrays (uint16 arrays are written as BF16); `dtype_names` gives the
+    safetensors dtype of tensors that NumPy holds as another of the same size (F8_E8M0 scales as uint8)."""
+    dtypes = {np.dtype(np.uint8): "U8", np.dtype(np.int8): "I8", np.dtype(np.uint16): "BF16",
+              np.dtype(np.int32): "I32", np.dtype(np.float32): "F32"}
     header, data, offset = {}, [], 0
     for name, a in tensors.items():
         raw = np.ascontiguousarray(a).tobytes()
-        header[name] = {"dtype": dtypes[a.dtype], "shape": list(a.shape), "data_offsets": [offset, offset + len(raw)]}
+        dtype = (dtype_names or {}).get(name, dtypes[a.dtype])
+        header[name] = {"dtype": dtype, "shape": list(a.shape), "data_offsets": [offset, offset + len(raw)]}
         data.append(raw)
         offset += len(raw)
     text = json.dumps(header).encode()

@@ -1,5 +1,6 @@
 // Opening a checkpoint: a single file, an indexed multi-file directory, or a directory of files.
 #include <algorithm>
+#include <climits>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -32,32 +33,72 @@ Json read_json(const fs::path& path) {
   }
 }
 
-// top-k from config.json (experts_per_token in the original config, num_experts_per_tok in
-// transformers'); rejects a swiglu_limit other than the one the kernels implement.
-std::optional<int> read_config_top_k(const fs::path& dir) {
+// What config.json says about the MoE layers, under the original gpt-oss's names or transformers'
+// (gpt_oss, deepseek_v4). Only the types are checked here; the layer's spec checks the values.
+CheckpointConfig read_config(const fs::path& dir) {
+  CheckpointConfig out;
   const fs::path path = dir / "config.json";
-  if (!fs::is_regular_file(path)) return std::nullopt;
+  if (!fs::is_regular_file(path)) return out;
   const Json config = read_json(path);
-  if (!config.is_object()) throw Error(printable(path.string()) + ": not a JSON object");
-  if (const auto it = config.find("swiglu_limit"); it != config.end()) {
-    if (!it->is_number() || it->get<double>() != kSwigluLimit) {
-      throw Error(printable(path.string()) + ": swiglu_limit " + json_text(*it) +
-                  " is not supported (mxmoe implements 7.0)");
-    }
-  }
+  const std::string where = printable(path.string()) + ": ";
+  if (!config.is_object()) throw Error(where + "not a JSON object");
+  auto number = [&](const char* key) -> std::optional<float> {
+    const auto it = config.find(key);
+    if (it == config.end()) return std::nullopt;
+    if (!it->is_number()) throw Error(where + key + " " + json_text(*it) + " is not a number");
+    return it->get<float>();
+  };
   for (const char* key : {"experts_per_token", "num_experts_per_tok"}) {
     if (const auto it = config.find(key); it != config.end()) {
       if (!it->is_number_unsigned() || it->get<uint64_t>() < 1 || it->get<uint64_t>() > kMaxTopK) {
-        throw Error(printable(path.string()) + ": " + key + " " + json_text(*it) + " is not a top-k in [1, " +
-                    std::to_string(kMaxTopK) + "]");
+        throw Error(where + key + " " + json_text(*it) + " is not a top-k in [1, " + std::to_string(kMaxTopK) + "]");
       }
-      return static_cast<int>(it->get<uint64_t>());
+      out.top_k = static_cast<int>(it->get<uint64_t>());
+      break;
     }
   }
-  return std::nullopt;
+  auto size = [&](const char* key) -> std::optional<int> {
+    const auto it = config.find(key);
+    if (it == config.end()) return std::nullopt;
+    if (!it->is_number_unsigned() || it->get<uint64_t>() > INT32_MAX) {
+      throw Error(where + key + " " + json_text(*it) + " is not a size");
+    }
+    return static_cast<int>(it->get<uint64_t>());
+  };
+  out.routed_experts = size("n_routed_experts");
+  out.hidden = size("hidden_size");
+  out.moe_intermediate = size("moe_intermediate_size");
+  out.swiglu_limit = number("swiglu_limit");
+  out.routed_scaling = number("routed_scaling_factor");
+  if (const auto it = config.find("scoring_func"); it != config.end()) {
+    if (!it->is_string()) throw Error(where + "scoring_func " + json_text(*it) + " is not a string");
+    out.scoring_func = it->get<std::string>();
+  }
+  // transformers' mlp_layer_types ("hash_moe" | "moe" per layer), or the legacy num_hash_layers.
+  if (const auto it = config.find("mlp_layer_types"); it != config.end() && !it->is_null()) {
+    if (!it->is_array()) throw Error(where + "mlp_layer_types is not a list");
+    std::vector<bool> hash;
+    for (const Json& type : *it) {
+      if (!type.is_string() || (type != "hash_moe" && type != "moe")) {
+        throw Error(where + "mlp_layer_types entry " + json_text(type) + " is neither \"hash_moe\" nor \"moe\"");
+      }
+      hash.push_back(type == "hash_moe");
+    }
+    out.hash_layers = std::move(hash);
+  } else if (const auto n = config.find("num_hash_layers"); n != config.end()) {
+    if (!n->is_number_unsigned()) throw Error(where + "num_hash_layers " + json_text(*n) + " is not a count");
+    out.num_hash_layers = static_cast<int>(std::min<uint64_t>(n->get<uint64_t>(), INT32_MAX));
+  }
+  return out;
 }
 
 }  // namespace
+
+std::optional<bool> CheckpointConfig::hash_routed(int layer) const {
+  if (hash_layers) return layer < static_cast<int>(hash_layers->size()) && (*hash_layers)[layer];
+  if (num_hash_layers) return layer < *num_hash_layers;
+  return std::nullopt;
+}
 
 Checkpoint Checkpoint::open(const std::string& path) {
   Checkpoint c;
@@ -126,7 +167,7 @@ Checkpoint Checkpoint::open(const std::string& path) {
   } else {
     throw Error(printable(path) + ": neither a file nor a directory");
   }
-  c.config_top_k_ = read_config_top_k(dir.empty() ? fs::path(".") : dir);
+  c.config_ = read_config(dir.empty() ? fs::path(".") : dir);
   return c;
 }
 

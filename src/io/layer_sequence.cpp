@@ -5,6 +5,7 @@
 #include <thread>
 #include <vector>
 
+#include "io/deepseek_v4_names.hpp"
 #include "io/file_ranges.hpp"
 #include "io/gpt_oss_names.hpp"
 #include "mxmoe/error.hpp"
@@ -28,9 +29,22 @@ std::vector<FileRange> layer_file_ranges(const Checkpoint& checkpoint, int layer
     names.insert(names.end(), {n.router_weight, n.router_bias, n.fc1_blocks, n.fc1_scales, n.fc1_bias, n.fc2_blocks,
                                n.fc2_scales, n.fc2_bias});
   }
-  if (only != CheckpointScheme::kOpenAi) {
+  if (!only || *only == CheckpointScheme::kHuggingFace) {
     const DenseExpertNames dense = dense_expert_names(layer);
     names.insert(names.end(), {dense.gate_up, dense.down});
+  }
+  for (CheckpointScheme scheme : {CheckpointScheme::kDeepSeek, CheckpointScheme::kDeepSeekHuggingFace}) {
+    if (only && scheme != *only) continue;
+    const DeepseekV4LayerNames n = deepseek_v4_layer_names(scheme, layer);
+    names.insert(names.end(), {n.router_weight, n.selection_bias});
+    if (scheme == CheckpointScheme::kDeepSeekHuggingFace) {
+      names.insert(names.end(), {n.gate_up, n.gate_up_scale, n.down, n.down_scale});
+      continue;
+    }
+    for (int e = 0; checkpoint.find(deepseek_v4_expert_names(layer, e).w1); ++e) {
+      const DeepseekV4ExpertNames x = deepseek_v4_expert_names(layer, e);
+      names.insert(names.end(), {x.w1, x.w1_scale, x.w3, x.w3_scale, x.w2, x.w2_scale});
+    }
   }
   std::vector<FileRange> ranges;
   for (const auto& name : names) {
@@ -45,13 +59,13 @@ std::vector<FileRange> layer_file_ranges(const Checkpoint& checkpoint, int layer
 
 }  // namespace
 
-int count_gpt_oss_layers(const Checkpoint& checkpoint) {
+int count_moe_layers(const Checkpoint& checkpoint) {
   int count = 0;
   while (!layer_file_ranges(checkpoint, count).empty()) ++count;
   return count;
 }
 
-void for_each_gpt_oss_layer(const Checkpoint& checkpoint, std::span<const int> layers, const LoadOptions& options,
+void for_each_moe_layer(const Checkpoint& checkpoint, std::span<const int> layers, const LoadOptions& options,
                             const std::function<void(int layer, const LoadedLayer& loaded)>& sink,
                             const LayerProgressCallback& progress) {
   using Clock = std::chrono::steady_clock;
@@ -68,7 +82,7 @@ void for_each_gpt_oss_layer(const Checkpoint& checkpoint, std::span<const int> l
         for (const auto& r : next) prefetch_file_range(r.file->fd(), r.offset, r.bytes);
       });
     }
-    sink(layers[i], load_gpt_oss_layer(checkpoint, layers[i], options));
+    sink(layers[i], load_moe_layer(checkpoint, layers[i], options));
     uint64_t layer_bytes = 0;
     for (const auto& r : ranges) layer_bytes += r.bytes;
     bytes_done += layer_bytes;

@@ -177,7 +177,16 @@ void check_on_current_device(const char* name, const void* data) {
 
 }  // namespace
 
+bool runner_computes(const LayerSpec& spec) { return spec == kGptOssSpec; }
+
+void check_spec_on_device(const MoeShape& shape) {
+  if (!runner_computes(shape.spec)) {
+    throw Error("layer " + shape.describe() + ": the GPU kernels compute the gpt-oss layer spec only");
+  }
+}
+
 PackedLayer load_layer(const MoeLayerWeights& weights, const DeviceAllocator& allocator, size_t scratch_limit) {
+  check_spec_on_device(weights.shape);
   weights.validate();
   const MoeShape& s = weights.shape;
   const int routed = weights.num_routed_experts();
@@ -238,6 +247,7 @@ PackedLayer load_layer(const MoeLayerWeights& weights, const DeviceAllocator& al
 }
 
 PackedLayer load_layer(const DeviceLayerTensors& t, const DeviceAllocator& allocator, size_t scratch_limit) {
+  check_spec_on_device(t.shape);
   t.validate();
   const MoeShape& s = t.shape;
   for (const auto& [name, tensor] :

@@ -26,6 +26,10 @@ struct PackedLayer {
   bool fc1_scales_one_multiply = false, fc2_scales_one_multiply = false;  // scales_take_one_multiply
 };
 
+// Throws Error for a layer whose spec the device repack and the kernel epilogues do not compute
+// (runner_computes), rather than computing it as gpt-oss's.
+void check_spec_on_device(const MoeShape& shape);
+
 // Both return once the weights are on the device; their load-time scratch (two flags, and expert
 // chunks of the checkpoint layout of at most `scratch_limit` bytes, or one expert where that is
 // larger) comes from `allocator` too and is released before they return. Throw Error naming the

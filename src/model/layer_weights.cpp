@@ -27,6 +27,37 @@ int synthetic_scale_exponent(int k, double input_power, double target_std) {
   return static_cast<int>(std::lround(std::log2(target_std / unit_scale_std)));
 }
 
+// E[a^2] of the activation for gate and up independent N(0, std^2): a midpoint rule over +-8 std.
+double activation_second_moment(const SwigluActivation& activation, double std) {
+  constexpr int kPoints = 4000;
+  const double limit = activation.limit, alpha = activation.alpha, offset = activation.up_offset;
+  double weight_sum = 0.0, gate_power = 0.0, up_power = 0.0;
+  for (int p = 0; p < kPoints; ++p) {
+    const double z = -8.0 + 16.0 * (p + 0.5) / kPoints, weight = std::exp(-0.5 * z * z);
+    const double gate = std::min(std * z, limit), up = std::clamp(std * z, -limit, limit);
+    const double gate_part = gate / (1.0 + std::exp(-alpha * gate));
+    weight_sum += weight;
+    gate_power += weight * gate_part * gate_part;
+    up_power += weight * (up + offset) * (up + offset);
+  }
+  return gate_power / weight_sum * (up_power / weight_sum);
+}
+
+// FC1 outputs of std 3/7 of the limit put about 1% of the gate and up values past the clamp. FC2 is
+// scaled for unit outputs from the activation's second moment: 40 for gpt-oss's at std 3 (a rounded
+// estimate that fixes gpt-oss's synthetic weights), any other activation's scaled by its second moment
+// relative to gpt-oss's.
+struct SyntheticScales {
+  int fc1_exponent, fc2_exponent;
+};
+SyntheticScales synthetic_scales(const MoeShape& shape) {
+  const SwigluActivation& activation = shape.spec.activation;
+  const double fc1_std = std::isfinite(activation.limit) ? activation.limit * 3.0 / 7.0 : 3.0;
+  const double power = 40.0 * (activation_second_moment(activation, fc1_std) /
+                               activation_second_moment(kGptOssSpec.activation, 3.0));
+  return {synthetic_scale_exponent(shape.hidden, 1.0, fc1_std), synthetic_scale_exponent(shape.intermediate, power, 1.0)};
+}
+
 // Expert tensors that the weights own (synthetic, quantised or sharded here).
 struct OwnedExperts {
   std::vector<uint8_t> fc1_blocks, fc1_scales, fc2_blocks, fc2_scales;
@@ -83,14 +114,18 @@ void MoeLayerWeights::validate() const {
       seen[g] = true;
     }
   }
-  check_size("router_weight", router_weight.size(), routed * h, shape);
-  check_size("router_bias", router_bias.size(), routed, shape);
+  const LayerSpec& spec = shape.spec;
+  const bool routes = spec.router != RouterKind::kCallerTopK;
+  check_size("router_weight", router_weight.size(), routes ? routed * h : 0, shape);
+  check_size("router_bias", router_bias.size(), spec.router == RouterKind::kSoftmaxTopK ? routed : 0, shape);
+  check_size("router_selection_bias", router_selection_bias.size(),
+             spec.router == RouterKind::kSqrtSoftplus ? routed : 0, shape);
   check_size("fc1_blocks", fc1_blocks.size(), e * rows1 * h / 2, shape);
   check_size("fc1_scales", fc1_scales.size(), e * rows1 * h / kMxBlock, shape);
-  check_size("fc1_bias", fc1_bias.size(), e * rows1, shape);
+  check_size("fc1_bias", fc1_bias.size(), spec.expert_biases ? e * rows1 : 0, shape);
   check_size("fc2_blocks", fc2_blocks.size(), e * h * i / 2, shape);
   check_size("fc2_scales", fc2_scales.size(), e * h * i / kMxBlock, shape);
-  check_size("fc2_bias", fc2_bias.size(), e * h, shape);
+  check_size("fc2_bias", fc2_bias.size(), spec.expert_biases ? e * h : 0, shape);
 }
 
 MoeLayerWeights quantize_bf16_experts(const MoeShape& shape, std::vector<Bf16> router_weight,
@@ -170,22 +205,31 @@ MoeLayerWeights tensor_parallel_shard(const MoeLayerWeights& weights, int rank, 
   shard.shape = shape;
   shard.router_weight = weights.router_weight;
   shard.router_bias = weights.router_bias;
+  shard.router_selection_bias = weights.router_selection_bias;
   shard.global_experts = weights.global_experts;
   shard.routed_experts = weights.routed_experts;
-  shard.fc1_bias.assign(e * own, Bf16{});
-  shard.fc2_bias = rank == 0 ? weights.fc2_bias : std::vector<Bf16>(e * h, Bf16{});
-  // FC1: the row pair (glu, linear) of each own column; the other pairs stay zero.
+  const bool biases = shape.spec.expert_biases;
+  if (biases) {
+    shard.fc1_bias.assign(e * own, Bf16{});
+    shard.fc2_bias = rank == 0 ? weights.fc2_bias : std::vector<Bf16>(e * h, Bf16{});
+  }
+  // FC1: the (gate, up) rows of each own column; the other pairs stay zero.
+  const GateUpLayout layout = shape.spec.gate_up;
   const size_t row_bytes = h / 2, row_scales = h / kMxBlock;
   for (size_t x = 0; x < e; ++x) {
     for (size_t column = block_first; column < block_end; ++column) {
       if (!own_column(column)) continue;
-      for (size_t half = 0; half < 2; ++half) {
-        const size_t from = x * 2 * i + 2 * column + half, to = x * own + 2 * (column - block_first) + half;
+      const size_t shard_column = column - block_first;
+      const std::pair<size_t, size_t> rows[2] = {
+          {fc1_gate_row(layout, column), fc1_gate_row(layout, shard_column)},
+          {fc1_up_row(layout, i, column), fc1_up_row(layout, shard_i, shard_column)}};
+      for (const auto& [from_row, to_row] : rows) {
+        const size_t from = x * 2 * i + from_row, to = x * own + to_row;
         std::copy_n(weights.fc1_blocks.begin() + from * row_bytes, row_bytes,
                     storage->fc1_blocks.begin() + to * row_bytes);
         std::copy_n(weights.fc1_scales.begin() + from * row_scales, row_scales,
                     storage->fc1_scales.begin() + to * row_scales);
-        shard.fc1_bias[to] = weights.fc1_bias[from];
+        if (biases) shard.fc1_bias[to] = weights.fc1_bias[from];
       }
     }
   }
@@ -232,8 +276,12 @@ MoeLayerWeights expert_shard(const MoeLayerWeights& weights, std::span<const int
   shard.global_experts.assign(experts.begin(), experts.end());
   shard.router_weight = weights.router_weight;
   shard.router_bias = weights.router_bias;
-  shard.fc1_bias.resize(experts.size() * full.fc1_rows());
-  shard.fc2_bias.resize(experts.size() * full.hidden);
+  shard.router_selection_bias = weights.router_selection_bias;
+  const bool biases = full.spec.expert_biases;
+  if (biases) {
+    shard.fc1_bias.resize(experts.size() * full.fc1_rows());
+    shard.fc2_bias.resize(experts.size() * full.hidden);
+  }
   auto storage = std::make_shared<OwnedExperts>();
   auto take = [&](std::span<const uint8_t> from, std::vector<uint8_t>& to) {
     const size_t per_expert = from.size() / full.num_experts;
@@ -246,7 +294,7 @@ MoeLayerWeights expert_shard(const MoeLayerWeights& weights, std::span<const int
   take(weights.fc1_scales, storage->fc1_scales);
   take(weights.fc2_blocks, storage->fc2_blocks);
   take(weights.fc2_scales, storage->fc2_scales);
-  for (size_t e = 0; e < experts.size(); ++e) {
+  for (size_t e = 0; e < experts.size() && biases; ++e) {
     std::copy_n(weights.fc1_bias.begin() + experts[e] * full.fc1_rows(), full.fc1_rows(),
                 shard.fc1_bias.begin() + e * full.fc1_rows());
     std::copy_n(weights.fc2_bias.begin() + experts[e] * full.hidden, full.hidden,
@@ -277,10 +325,7 @@ MoeLayerWeights make_synthetic_layer(const MoeShape& shape, uint64_t seed) {
   storage->fc2_blocks.resize(e * h * i / 2);
   storage->fc2_scales.resize(e * h * i / kMxBlock);
 
-  // FC1 outputs of std ~3 put about 1% of the glu/linear values past the +-7 clamp; the activation's
-  // second moment is then ~40 and FC2 is scaled for unit outputs.
-  const int fc1_exponent = synthetic_scale_exponent(shape.hidden, 1.0, 3.0);
-  const int fc2_exponent = synthetic_scale_exponent(shape.intermediate, 40.0, 1.0);
+  const auto [fc1_exponent, fc2_exponent] = synthetic_scales(shape);
   parallel_for(2 * e, 0, [&](size_t job) {
     const size_t expert = job / 2;
     const uint64_t stream = derive_seed(seed, job);
@@ -297,10 +342,21 @@ MoeLayerWeights make_synthetic_layer(const MoeShape& shape, uint64_t seed) {
 
   MoeLayerWeights w;
   w.shape = shape;
-  w.router_weight = normal_bf16(e * h, 1.0 / std::sqrt(static_cast<double>(h)), derive_seed(seed, 2 * e));
-  w.router_bias = normal_bf16(e, 0.1, derive_seed(seed, 2 * e + 1));
-  w.fc1_bias = normal_bf16(e * rows1, 0.5, derive_seed(seed, 2 * e + 2));
-  w.fc2_bias = normal_bf16(e * h, 0.1, derive_seed(seed, 2 * e + 3));
+  const LayerSpec& spec = shape.spec;
+  if (spec.router != RouterKind::kCallerTopK) {
+    w.router_weight = normal_bf16(e * h, 1.0 / std::sqrt(static_cast<double>(h)), derive_seed(seed, 2 * e));
+  }
+  if (spec.router == RouterKind::kSoftmaxTopK) w.router_bias = normal_bf16(e, 0.1, derive_seed(seed, 2 * e + 1));
+  if (spec.router == RouterKind::kSqrtSoftplus) {
+    // About the spread of the scores, so that the bias changes some tokens' choice.
+    SplitMix64 rng(derive_seed(seed, 2 * e + 1));
+    w.router_selection_bias.resize(e);
+    for (auto& b : w.router_selection_bias) b = static_cast<float>(0.1 * rng.normal());
+  }
+  if (spec.expert_biases) {
+    w.fc1_bias = normal_bf16(e * rows1, 0.5, derive_seed(seed, 2 * e + 2));
+    w.fc2_bias = normal_bf16(e * h, 0.1, derive_seed(seed, 2 * e + 3));
+  }
   OwnedExperts::attach(std::move(storage), w);
   return w;
 }

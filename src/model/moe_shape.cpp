@@ -10,9 +10,15 @@ namespace {
 
 // gpt-oss config.json: hidden_size 2880, intermediate_size 2880, experts_per_token 4;
 // gpt-oss-120b: num_experts 128, num_hidden_layers 36; gpt-oss-20b: 32 experts, 24 layers.
-constexpr std::array<ModelPreset, 2> kPresets{{
+// DeepSeek-V4 config.json (transformers' DeepseekV4Config defaults are Flash's): hidden_size,
+// moe_intermediate_size, n_routed_experts, num_experts_per_tok, num_hidden_layers, routed_scaling_factor,
+// swiglu_limit 10. The spec is the score layers'; the first three (hash-routed) layers are the same
+// experts routed by the caller (RouterKind::kCallerTopK).
+constexpr std::array<ModelPreset, 4> kPresets{{
     {"gpt-oss-20b", MoeShape{32, 4, 2880, 2880, 24}},
     {"gpt-oss-120b", MoeShape{128, 4, 2880, 2880, 36}},
+    {"deepseek-v4-flash", MoeShape{256, 6, 4096, 2048, 43, deepseek_v4_spec(1.5f)}},
+    {"deepseek-v4-pro", MoeShape{384, 6, 7168, 3072, 61, deepseek_v4_spec(2.5f)}},
 }};
 
 size_t mxfp4_matrix_bytes(size_t rows, size_t cols) { return rows * cols / 2 + rows * cols / kMxBlock; }
@@ -20,11 +26,11 @@ size_t mxfp4_matrix_bytes(size_t rows, size_t cols) { return rows * cols / 2 + r
 }  // namespace
 
 size_t MoeShape::fc1_bytes_per_expert() const {
-  return mxfp4_matrix_bytes(fc1_rows(), hidden) + static_cast<size_t>(fc1_rows()) * 2;
+  return mxfp4_matrix_bytes(fc1_rows(), hidden) + (spec.expert_biases ? static_cast<size_t>(fc1_rows()) * 2 : 0);
 }
 
 size_t MoeShape::fc2_bytes_per_expert() const {
-  return mxfp4_matrix_bytes(hidden, intermediate) + static_cast<size_t>(hidden) * 2;
+  return mxfp4_matrix_bytes(hidden, intermediate) + (spec.expert_biases ? static_cast<size_t>(hidden) * 2 : 0);
 }
 
 void MoeShape::validate() const {
@@ -40,11 +46,14 @@ void MoeShape::validate() const {
     fail("hidden and intermediate must be at most 65536 and num_experts at most 4096");
   }
   if (num_layers < 1) fail("num_layers must be at least 1");
+  spec.validate();
 }
 
 std::string MoeShape::describe() const {
-  return "E=" + std::to_string(num_experts) + " k=" + std::to_string(top_k) + " H=" + std::to_string(hidden) +
-         " I=" + std::to_string(intermediate);
+  std::string text = "E=" + std::to_string(num_experts) + " k=" + std::to_string(top_k) +
+                     " H=" + std::to_string(hidden) + " I=" + std::to_string(intermediate);
+  if (spec != LayerSpec{}) text.append(" ").append(spec.describe());
+  return text;
 }
 
 std::span<const ModelPreset> model_presets() { return kPresets; }

@@ -36,7 +36,7 @@ void decode_row(const uint8_t* blocks, const uint8_t* scales, int k, float* out)
 }
 
 // One expert-grouped MXFP4 matmul: out[pair][row] = W[expert][row] . in[pair] + bias[expert][row]
-// for every (token, slot) pair routed to the expert.
+// (no bias where `bias` is empty) for every (token, slot) pair routed to the expert.
 void grouped_matmul(const std::vector<std::vector<int32_t>>& pairs_of_expert, std::span<const uint8_t> blocks,
                     std::span<const uint8_t> scales, std::span<const Bf16> bias, int rows, int k,
                     const std::vector<float>& in, std::vector<float>& out, int threads) {
@@ -52,7 +52,7 @@ void grouped_matmul(const std::vector<std::vector<int32_t>>& pairs_of_expert, st
     for (int row = row_begin; row < row_end; ++row) {
       const size_t global_row = expert * rows + row;
       decode_row(blocks.data() + global_row * bytes_per_row, scales.data() + global_row * scales_per_row, k, w.data());
-      const float b = bf16_to_float(bias[global_row]);
+      const float b = bias.empty() ? 0.0f : bf16_to_float(bias[global_row]);
       for (int32_t pair : pairs) {
         out[static_cast<size_t>(pair) * rows + row] = dot(in.data() + static_cast<size_t>(pair) * k, w.data(), k) + b;
       }
@@ -104,9 +104,13 @@ ReferenceResult reference_forward_routed(const MoeLayerWeights& weights, std::sp
   x_pairs = {};
 
   result.activation.resize(pairs * i);
+  const LayerSpec& spec = shape.spec;
   for (size_t p = 0; p < pairs; ++p) {
     const float* h1 = result.fc1_out.data() + p * shape.fc1_rows();
-    for (int j = 0; j < i; ++j) result.activation[p * i + j] = gpt_oss_swiglu(h1[2 * j], h1[2 * j + 1]);
+    for (int j = 0; j < i; ++j) {
+      result.activation[p * i + j] =
+          swiglu(spec.activation, h1[fc1_gate_row(spec.gate_up, j)], h1[fc1_up_row(spec.gate_up, i, j)]);
+    }
   }
   if (mxfp8) round_to_mxfp8(result.activation);
   result.expert_out.resize(pairs * h);
@@ -136,8 +140,7 @@ ReferenceResult reference_forward_routed(const MoeLayerWeights& weights, std::sp
 ReferenceResult reference_forward_from_logits(const MoeLayerWeights& weights, std::span<const Bf16> x,
                                               int num_tokens, std::span<const float> logits,
                                               const ReferenceOptions& options) {
-  return reference_forward_routed(
-      weights, x, route(logits, num_tokens, weights.num_routed_experts(), weights.shape.top_k), options);
+  return reference_forward_routed(weights, x, route_layer(weights, logits, num_tokens), options);
 }
 
 ReferenceResult reference_forward(const MoeLayerWeights& weights, std::span<const Bf16> x, int num_tokens,

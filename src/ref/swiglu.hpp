@@ -1,5 +1,6 @@
-// The gpt-oss activation on one (glu, linear) pair, for float and double evaluations alike:
-// glu = min(glu, 7), lin = clamp(lin, -7, 7), out = glu * sigmoid(1.702 * glu) * (lin + 1).
+// The experts' activation on one (gate, up) pair, for float and double evaluations alike
+// (layer_spec.hpp): gate = min(gate, limit), up = clamp(up, -limit, limit),
+// out = gate * sigmoid(alpha * gate) * (up + up_offset).
 #pragma once
 
 #include <algorithm>
@@ -10,11 +11,16 @@
 namespace mxmoe {
 
 template <typename T>
+T swiglu(const SwigluActivation& activation, T gate, T up) {
+  const T limit = static_cast<T>(activation.limit);
+  gate = std::min(gate, limit);
+  up = std::clamp(up, -limit, limit);
+  return gate / (T(1) + std::exp(-static_cast<T>(activation.alpha) * gate)) * (up + static_cast<T>(activation.up_offset));
+}
+
+template <typename T>
 T gpt_oss_swiglu(T glu, T lin) {
-  const T limit = static_cast<T>(kSwigluLimit);
-  glu = std::min(glu, limit);
-  lin = std::clamp(lin, -limit, limit);
-  return glu / (T(1) + std::exp(-static_cast<T>(kSwigluAlpha) * glu)) * (lin + T(1));
+  return swiglu(kGptOssSpec.activation, glu, lin);
 }
 
 }  // namespace mxmoe

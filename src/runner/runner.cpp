@@ -98,6 +98,7 @@ struct MoeRunner::Impl {
 };
 
 MoeRunner::MoeRunner(const MoeLayerWeights& weights, const RunnerOptions& options) : impl_(std::make_unique<Impl>()) {
+  check_spec_on_device(weights.shape);
   weights.validate();
   impl_->init(weights.shape, weights.num_routed_experts(), options);
   impl_->weights = load_layer(weights, options.allocator);
@@ -105,6 +106,7 @@ MoeRunner::MoeRunner(const MoeLayerWeights& weights, const RunnerOptions& option
 
 MoeRunner::MoeRunner(const DeviceLayerTensors& tensors, const RunnerOptions& options)
     : impl_(std::make_unique<Impl>()) {
+  check_spec_on_device(tensors.shape);
   tensors.validate();
   impl_->init(tensors.shape, tensors.shape.num_experts, options);
   impl_->weights = load_layer(tensors, options.allocator);

@@ -1,5 +1,5 @@
 // The mxmoe command as a user meets it: exit codes, one-line errors, --help everywhere, run on the
-// embedded shape and on checkpoints of both schemes.
+// embedded shape and on checkpoints of every scheme.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "io/activation_file.hpp"
+#include "mxmoe/checkpoint.hpp"
 #include "mxmoe/reference.hpp"
 #include "mxmoe/safetensors.hpp"
 #include "test_support.hpp"
@@ -132,6 +133,43 @@ TEST(Cli, RunFromCheckpointsOfBothSchemesMatchesTheEmbeddedWeights) {
     EXPECT_NE(r.out.find(std::string(scheme) + " scheme"), std::string::npos) << r.out;
     EXPECT_EQ(checksum(r.out), embedded) << scheme;
   }
+}
+
+// A DeepSeek-V4 layer at a small shape (the preset's spec, small sizes), on the CPU: the GPU kernels
+// do not compute its spec yet.
+TEST(Cli, RunFromDeepseekV4CheckpointsOfBothNamingsMatchesTheEmbeddedWeights) {
+  const std::string small_v4 = "--model deepseek-v4-flash --experts 8 --top-k 3 --hidden 64 --intermediate 96";
+  const fs::path dir = test::scratch_dir();
+  const std::string embedded =
+      checksum(test::run_cli("run " + small_v4 + " --device cpu --layer 1 --seed 9").out);
+  ASSERT_FALSE(embedded.empty());
+  for (const char* scheme : {"deepseek", "deepseek-hf"}) {
+    const fs::path out = dir / scheme;
+    const auto made = test::run_cli("make-checkpoint " + small_v4 + " --layers 2 --seed 9 --scheme " + scheme +
+                                    " --out " + out.string());
+    ASSERT_EQ(made.exit_code, 0) << made.err;
+    const auto r = test::run_cli("run --device cpu --checkpoint " + out.string() + " --layer 1 --seed 9 --check");
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_NE(r.out.find(std::string("(") + scheme + " scheme"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("sqrt-softplus*1.5"), std::string::npos) << r.out;
+    EXPECT_EQ(checksum(r.out), embedded) << scheme;
+  }
+  const auto missing = test::run_cli("run --device cpu --checkpoint " + (dir / "deepseek").string() + " --layer 2");
+  EXPECT_EQ(missing.exit_code, 1);
+  expect_one_error_line(missing);
+  EXPECT_NE(missing.err.find("deepseek 0-1"), std::string::npos) << missing.err;
+}
+
+// A hash-routed layer chooses its experts from token ids, which only the caller has.
+TEST(Cli, RunRefusesAHashRoutedLayerWithOneLine) {
+  const fs::path dir = test::scratch_dir();
+  LayerSpec spec = deepseek_v4_spec(1.0f);
+  spec.router = RouterKind::kCallerTopK;
+  write_synthetic_checkpoint(dir.string(), MoeShape{8, 3, 64, 96, 1, spec}, CheckpointScheme::kDeepSeek, 1, 0);
+  const auto r = test::run_cli("run --device cpu --checkpoint " + dir.string());
+  EXPECT_EQ(r.exit_code, 1);
+  expect_one_error_line(r);
+  EXPECT_NE(r.err.find("hash-routed"), std::string::npos) << r.err;
 }
 
 TEST(Cli, CheckpointShapeMustMatchAnExplicitModel) {

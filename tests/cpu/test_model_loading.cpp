@@ -94,7 +94,7 @@ TEST(LayerSequence, CountsTheLayersOfEitherScheme) {
   for (const auto scheme : {CheckpointScheme::kOpenAi, CheckpointScheme::kHuggingFace}) {
     const fs::path dir = test::scratch_dir();
     write_synthetic_checkpoint(dir.string(), test::small_shape(3), scheme, 2, 1);
-    EXPECT_EQ(count_gpt_oss_layers(Checkpoint::open(dir.string())), 3) << scheme_name(scheme);
+    EXPECT_EQ(count_moe_layers(Checkpoint::open(dir.string())), 3) << scheme_name(scheme);
   }
 }
 
@@ -106,7 +106,7 @@ TEST(LayerSequence, HandsLayersOverInOrderWithOneProgressReportEach) {
   const std::vector<int> layers{3, 0, 2};
   std::vector<int> sunk;
   std::vector<LayerLoadProgress> reports;
-  for_each_gpt_oss_layer(
+  for_each_moe_layer(
       checkpoint, layers, {},
       [&](int layer, const LoadedLayer& loaded) {
         EXPECT_EQ(reports.size(), sunk.size()) << "progress comes after the sink, once";
@@ -137,7 +137,7 @@ TEST(LayerSequence, AMissingLayerStopsTheSequenceWithItsError) {
   std::vector<int> sunk;
   const std::vector<int> layers{0, 5, 1};
   try {
-    for_each_gpt_oss_layer(checkpoint, layers, {}, [&](int layer, const LoadedLayer&) { sunk.push_back(layer); });
+    for_each_moe_layer(checkpoint, layers, {}, [&](int layer, const LoadedLayer&) { sunk.push_back(layer); });
     ADD_FAILURE() << "layer 5 does not exist";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("no MoE tensors for layer 5"), std::string::npos) << e.what();

@@ -30,7 +30,7 @@ namespace mxmoe::cli {
 namespace {
 
 constexpr OptionSpec kOptions[] = {
-    {"model", "NAME", "gpt-oss-20b, gpt-oss-120b or all (default all)"},
+    {"model", "NAME", "a model preset, or all that the GPU computes (default all)"},
     {"tokens", "LIST", "token counts, comma-separated (default 1,2,4,5,8,9,16,32,64,128,256,512,1024,4096)"},
     {"layers", "N", "distinct layers rotated per graph replay (default 8, at least 8)"},
     {"replays", "N", "timed graph replays (default 30, at least 20)"},
@@ -253,7 +253,9 @@ int bench_command(std::span<const std::string> args) {
   const std::string model_arg = parsed->get("model", "all");
   std::vector<std::string> models;
   if (model_arg == "all") {
-    for (const auto& p : model_presets()) models.emplace_back(p.name);
+    for (const auto& p : model_presets()) {
+      if (runner_computes(p.shape.spec)) models.emplace_back(p.name);
+    }
   } else {
     try {
       model_shape(model_arg);

@@ -93,14 +93,18 @@ std::optional<ParsedArgs> parse(const CommandSpec& spec, std::span<const std::st
 }
 
 std::string usage(const CommandSpec& spec) {
+  constexpr size_t kHelpColumn = 28;
   std::string text = "usage: mxmoe " + std::string(spec.name) + " " + std::string(spec.synopsis) + "\n\n" +
                      std::string(spec.summary) + "\n\noptions:\n";
   for (const auto& o : spec.options) {
     std::string left = "  --";
     left.append(o.name);
     if (!o.value_name.empty()) left.append(" ").append(o.value_name);
-    left.resize(std::max<size_t>(left.size() + 2, 28), ' ');
-    text += left + std::string(o.help) + "\n";
+    left.resize(std::max<size_t>(left.size() + 2, kHelpColumn), ' ');
+    text += left;
+    // A help text's later lines start under its first.
+    for (const char c : o.help) text += c == '\n' ? "\n" + std::string(kHelpColumn, ' ') : std::string(1, c);
+    text += "\n";
   }
   return text + "  --help                    show this help\n";
 }

@@ -54,7 +54,8 @@ std::string usage(const CommandSpec& spec);
 
 // --model NAME (default gpt-oss-20b) with --experts/--top-k/--hidden/--intermediate/--layers
 // overrides; UsageError when the result is not a valid shape.
-inline constexpr OptionSpec kModelOption{"model", "NAME", "model shape: gpt-oss-20b (default) or gpt-oss-120b"};
+inline constexpr OptionSpec kModelOption{"model", "NAME", "model shape: gpt-oss-20b (default), gpt-oss-120b,\n"
+                                                  "deepseek-v4-flash or deepseek-v4-pro"};
 inline constexpr OptionSpec kShapeOptions[] = {
     {"experts", "E", "override the number of experts"},
     {"top-k", "K", "override the experts per token"},

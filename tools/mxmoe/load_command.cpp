@@ -16,9 +16,9 @@ namespace mxmoe::cli {
 namespace {
 
 constexpr OptionSpec kOptions[] = {
-    {"checkpoint", "PATH", "a gpt-oss safetensors checkpoint (file or directory)"},
+    {"checkpoint", "PATH", "a gpt-oss or DeepSeek-V4 safetensors checkpoint (file or directory)"},
     {"layers", "A-B|N", "the layers to load (default all the checkpoint holds)"},
-    {"scheme", "openai|hf", "which names to read where a checkpoint holds the layers under both"},
+    {"scheme", "openai|hf|deepseek|deepseek-hf", "which names to read where a checkpoint holds the layers under several"},
     {"quantize-bf16-experts", "", "quantise a checkpoint's bf16 experts (a dequantised save) to MXFP4 on load"},
     {"quiet", "", "no progress lines, only the summary"},
     {"json", "FILE", "also write the per-layer and total figures as JSON"},
@@ -81,14 +81,14 @@ int load_command(std::span<const std::string> args) {
   options.load.quantize_bf16_experts = parsed->flag("quantize-bf16-experts");
 
   const Checkpoint checkpoint = Checkpoint::open(parsed->get("checkpoint", ""));
-  const int count = count_gpt_oss_layers(checkpoint);
-  if (count == 0) load_gpt_oss_layer(checkpoint, 0, options.load);  // throws, naming what it looked for
+  const int count = count_moe_layers(checkpoint);
+  if (count == 0) load_moe_layer(checkpoint, 0, options.load);  // throws, naming what it looked for
   options.layers = parse_layers(parsed->get("layers", "0-" + std::to_string(count - 1)), count);
   // Every layer's tensors are checked on the host first (headers and the small tensors; the expert
   // tensors are not read), so that a bad checkpoint is refused the same way with or without a GPU.
   // Quantising bf16 experts is a whole layer's work on the CPU: those layers are checked as they load.
   if (!options.load.quantize_bf16_experts) {
-    for (int layer : options.layers) load_gpt_oss_layer(checkpoint, layer, options.load);
+    for (int layer : options.layers) load_moe_layer(checkpoint, layer, options.load);
   }
   if (list_gpus().empty()) throw Error("load: no CUDA GPU is visible");
 

@@ -22,7 +22,7 @@ constexpr OptionSpec kOptions[] = {
     kShapeOptions[1],
     kShapeOptions[2],
     kShapeOptions[3],
-    {"checkpoint", "PATH", "read the layer from a gpt-oss safetensors checkpoint (file or directory)"},
+    {"checkpoint", "PATH", "read the layer from a gpt-oss or DeepSeek-V4 safetensors checkpoint (file or directory)"},
     {"layer", "N", "layer index (default 0)"},
     {"tokens", "T", "tokens in the batch (default 4)"},
     {"device", "auto|cpu|gpu", "where to run (default auto: the GPU if there is one)"},
@@ -30,7 +30,7 @@ constexpr OptionSpec kOptions[] = {
     {"check", "", "compare with a float64 evaluation and print the relative error"},
     {"activations", "bf16|mxfp8", "the activations' format in the expert GEMMs (default bf16; mxfp8: the block-scaled tiles)"},
     {"self-check", "", "with --activations mxfp8 on a GPU: run the block-scaled family's first-use check on any GPU"},
-    {"scheme", "openai|hf", "which names to read where a checkpoint holds the layer under both"},
+    {"scheme", "openai|hf|deepseek|deepseek-hf", "which names to read where a checkpoint holds the layer under several"},
     {"quantize-bf16-experts", "", "quantise a checkpoint's bf16 experts (a dequantised save) to MXFP4 on load"},
     {"input", "FILE", "the activations (and optionally router_logits) from a .safetensors or .npy file"},
     {"output", "FILE", "write the layer's output to a .safetensors (BF16) or .npy (float32) file"},
@@ -127,8 +127,13 @@ int run_command(std::span<const std::string> args) {
         throw UsageError(std::string("--scheme: ") + e.what());
       }
     }
-    LoadedLayer loaded = load_gpt_oss_layer(checkpoint, layer, options);
+    LoadedLayer loaded = load_moe_layer(checkpoint, layer, options);
     weights = std::move(loaded.weights);
+    if (weights.shape.spec.router == RouterKind::kCallerTopK) {
+      throw Error(checkpoint.path() + ": layer " + std::to_string(layer) +
+                  " is hash-routed (its experts come from token ids): mxmoe runs it only in the engine form, with "
+                  "the caller's top-k (mxmoe.experts in Python)");
+    }
     if (parsed->has("model")) {
       const MoeShape expected = shape_from_args(*parsed);
       if (expected.num_experts != weights.shape.num_experts || expected.hidden != weights.shape.hidden ||
