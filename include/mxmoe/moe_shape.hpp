@@ -1,8 +1,9 @@
 // The shape of one MoE layer (its sizes and its LayerSpec) and the named model presets.
 //
-// The gpt-oss layer (the default spec; layer_spec.hpp has the general form and DeepSeek-V4's), as openai/gpt-oss gpt_oss/torch/model.py (MLPBlock.forward) and Hugging Face
-// transformers models/gpt_oss/modeling_gpt_oss.py (GptOssTopKRouter, GptOssExperts) compute it,
-// for one token x [H] (already normalised; the pre-norm and the residual `x + t` stay with the caller):
+// The gpt-oss layer (the default spec; layer_spec.hpp has the general form and DeepSeek-V4's), as
+// openai/gpt-oss gpt_oss/torch/model.py (MLPBlock.forward) and Hugging Face transformers
+// models/gpt_oss/modeling_gpt_oss.py (GptOssTopKRouter, GptOssExperts) compute it, for one token
+// x [H] (already normalised; the pre-norm and the residual `x + t` stay with the caller):
 //   logits = x W_gate^T + b_gate                     W_gate [E, H]
 //   top-k over logits (k = 4), softmax over the k selected logits only
 //   h = W1[e] x + b1[e]                               W1 [2I, H]: even rows glu, odd rows linear
