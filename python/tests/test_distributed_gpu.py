@@ -16,6 +16,7 @@ if torch.cuda.device_count() < 2:
 import mxmoe  # noqa: E402
 import mxmoe.torch  # noqa: E402
 from mxmoe.distributed import ExpertParallelLayer, TensorParallelLayer  # noqa: E402
+from cuda_graphs import capture  # noqa: E402
 from ranks import run_ranks  # noqa: E402
 
 MODELS = {"gpt-oss-20b": (32, 4, 2880, 2880), "gpt-oss-120b": (128, 4, 2880, 2880)}  # E, k, H, I
@@ -46,15 +47,7 @@ def outputs(layer, a: dict, **call_args) -> dict:
 def captured(layer, a: dict, **call_args) -> dict:
     """outputs(), captured in one CUDA graph (after a warm-up on a side stream, which also sets up the
     collectives' communicators) and replayed once. Inside the capture the engine form reads no ids."""
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        outputs(layer, a, **call_args)
-    torch.cuda.current_stream().wait_stream(side)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = outputs(layer, a, **call_args)
+    graph, out = capture(lambda: outputs(layer, a, **call_args))
     graph.replay()
     torch.cuda.synchronize()
     return out

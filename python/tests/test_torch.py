@@ -18,6 +18,7 @@ if not torch.cuda.is_available():
 import mxmoe  # noqa: E402
 import mxmoe.torch  # noqa: E402
 import oracle  # noqa: E402
+from cuda_graphs import capture  # noqa: E402
 
 GPU_TOLERANCE = 1e-2  # bf16 activations (docs/benchmarking.md, "Accuracy, beside speed")
 
@@ -56,14 +57,7 @@ def test_cuda_graph_replays_the_eager_output(weights):
     layer = mxmoe.torch.MoeLayer(weights, max_tokens=16)
     x = to_bf16(np.random.default_rng(5).normal(size=(16, 256)))
     eager = layer(x)
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        layer(x)  # warm-up on the capture stream
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        captured = layer(x)
+    graph, captured = capture(lambda: layer(x))
     for _ in range(3):
         captured.fill_(float("nan"))
         graph.replay()
@@ -123,14 +117,7 @@ def test_engine_form_in_a_cuda_graph_and_under_compile(weights):
     ids, w = given_routing(16, 9)
     ids, w = torch.from_numpy(ids).cuda(), torch.from_numpy(w).cuda()
     eager = layer.experts(x, ids, w)
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        layer.experts(x, ids, w)
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):  # the ids are not read on the host inside a capture
-        captured = layer.experts(x, ids, w)
+    graph, captured = capture(lambda: layer.experts(x, ids, w))  # no ids read on the host inside a capture
     for _ in range(2):
         captured.fill_(float("nan"))
         graph.replay()
@@ -272,14 +259,7 @@ def assert_same_layer(a: mxmoe.torch.MoeLayer, b: mxmoe.torch.MoeLayer, experts:
     x = to_bf16(np.random.default_rng(4).normal(size=(16, a.shape.hidden)))
     assert a.workspace_size(16) == b.workspace_size(16) > 0
     eager = a(x)
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        a(x)
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        captured = a(x)
+    graph, captured = capture(lambda: a(x))
     captured.fill_(float("nan"))
     graph.replay()
     torch.cuda.synchronize()

@@ -32,6 +32,7 @@ import mxmoe  # noqa: E402
 import mxmoe.integrations.transformers as mxt  # noqa: E402
 import mxmoe.torch  # noqa: E402
 import oracle  # noqa: E402
+from cuda_graphs import capture  # noqa: E402
 
 TOLERANCE = 5e-3  # relative error by norm against the float32 module
 
@@ -190,14 +191,7 @@ def test_model_generates_as_transformers_does(experts):
         eager = forward(model)
         eager_routing = recorder.last(layers)
         recorder.remove()
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            forward(model)
-        torch.cuda.current_stream().wait_stream(stream)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            captured = forward(model)
+        graph, captured = capture(lambda: forward(model))
         captured.fill_(float("nan"))
         graph.replay()
         torch.cuda.synchronize()
