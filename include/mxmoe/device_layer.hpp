@@ -9,9 +9,12 @@
 //   dense, transformers' layout: gate_up [E, H, 2I] (gate and linear columns interleaved), down
 //          [E, I, H], BF16 or F32; quantised to MXFP4 on the device by the OCP rules of
 //          mx_format.hpp, bit for bit as quantize_bf16_experts does on the host, then repacked.
-// Both forms take router_weight [E, H], router_bias [E], fc1_bias [E, 2I] (transformers'
-// gate_up_proj_bias) and fc2_bias [E, H] (down_proj_bias), each BF16 or F32. The runner keeps the
-// router weight in bf16 (F32 is rounded to nearest even) and the biases in fp32 (F32 exactly).
+// Both forms take router_weight [E, H], router_bias [E], router_selection_bias [E], fc1_bias
+// [E, 2I] (transformers' gate_up_proj_bias) and fc2_bias [E, H] (down_proj_bias), each BF16 or F32,
+// where the shape's spec has them (layer_weights.hpp says which) and null where it does not. The
+// rows of FC1 (fc1_* and gate_up's columns) pair gate with up as the spec's GateUpLayout says. The
+// runner keeps the router weight in bf16 (F32 is rounded to nearest even) and the biases in fp32 (F32
+// exactly).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -43,7 +46,7 @@ struct DeviceTensor {
 
 struct DeviceLayerTensors {
   MoeShape shape{};
-  DeviceTensor router_weight{}, router_bias{};
+  DeviceTensor router_weight{}, router_bias{}, router_selection_bias{};
   DeviceTensor fc1_blocks{}, fc1_scales{}, fc2_blocks{}, fc2_scales{};  // MXFP4 experts, or
   DeviceTensor gate_up{}, down{};                                       // dense experts
   DeviceTensor fc1_bias{}, fc2_bias{};
@@ -52,9 +55,9 @@ struct DeviceLayerTensors {
   cudaStream_t stream = nullptr;
 
   bool dense() const { return gate_up.data != nullptr || down.data != nullptr; }
-  // Throws Error naming the first tensor that is missing (a null address), has another dtype or
-  // shape than `shape` asks for, or is misaligned (MXFP4 values and dense experts: 16 bytes), and
-  // for MXFP4 and dense experts given together. Reads no device memory.
+  // Throws Error naming the first tensor that is missing (a null address) or given where the spec
+  // has none, has another dtype or shape than `shape` asks for, or is misaligned (MXFP4 values and
+  // dense experts: 16 bytes), and for MXFP4 and dense experts given together. Reads no device memory.
   void validate() const;
 };
 

@@ -80,10 +80,6 @@ struct BlockScaledCheckResult {
   bool passed;            // rel_difference within the bound and every output finite
 };
 
-// Whether MoeRunner computes layers of this spec (layer_spec.hpp): its kernels compute gpt-oss's so
-// far, and its constructors throw Error for a layer of another spec.
-bool runner_computes(const LayerSpec& spec);
-
 class MoeRunner {
  public:
   // Host weights (a checkpoint's mapping, NumPy arrays, a shard): uploaded in the checkpoint layout

@@ -77,8 +77,22 @@ void walk_records(const RecordGeometry& g, RowOrder order, Value value, Scale sc
 
 size_t RecordGeometry::bytes() const { return static_cast<size_t>(experts) * records_per_expert() * kRecordBytes; }
 
+const char* row_order_name(RowOrder order) {
+  switch (order) {
+    case RowOrder::kIdentity:
+      return "identity";
+    case RowOrder::kGluLinSplit:
+      return "glu/lin interleaved";
+    case RowOrder::kGluLinSplitConcatenated:
+      return "glu/lin concatenated";
+  }
+  return "?";
+}
+
 int RecordGeometry::checkpoint_row(int packed_row, RowOrder order) const {
-  return order == RowOrder::kIdentity ? packed_row : kernels::fc1_checkpoint_row(packed_row);
+  return order == RowOrder::kIdentity ? packed_row
+                                      : kernels::fc1_checkpoint_row(packed_row, rows,
+                                                                    order == RowOrder::kGluLinSplitConcatenated);
 }
 
 std::vector<uint8_t> pack_records(const RecordGeometry& g, RowOrder order, std::span<const uint8_t> blocks,

@@ -10,9 +10,21 @@
 namespace mxmoe {
 
 enum class RowOrder {
-  kIdentity,      // packed row r = checkpoint row r (FC2)
-  kGluLinSplit,   // FC1: record rows 0-7 glu, 8-15 linear of the same 8 outputs
+  kIdentity,                 // packed row r = checkpoint row r (FC2)
+  kGluLinSplit,              // FC1: record rows 0-7 glu, 8-15 linear of the same 8 outputs, from
+                             // checkpoint rows that interleave them (glu 2 j, linear 2 j + 1)
+  kGluLinSplitConcatenated,  // the same records from checkpoint rows [glu; linear] (glu j, linear I + j)
 };
+
+inline constexpr RowOrder kRowOrders[] = {RowOrder::kIdentity, RowOrder::kGluLinSplit,
+                                          RowOrder::kGluLinSplitConcatenated};
+// "identity", "glu/lin interleaved", "glu/lin concatenated".
+const char* row_order_name(RowOrder order);
+
+// FC1's row order for the layer's gate/up layout.
+inline RowOrder fc1_row_order(bool gate_up_concatenated) {
+  return gate_up_concatenated ? RowOrder::kGluLinSplitConcatenated : RowOrder::kGluLinSplit;
+}
 
 struct RecordGeometry {
   int experts = 0;

@@ -119,12 +119,14 @@ MXMOE_HOST_DEVICE bool scale_codes_take_one_multiply(unsigned scale_word) {
   return ((scale_word + 0x7F7F7F7Fu) & 0x80808080u) == 0x80808080u;
 }
 
-// The checkpoint row of packed row `packed_row` of FC1 (checkpoint FC1 rows interleave glu = 2 j,
-// linear = 2 j + 1): record rows 0-7 of row tile t are the glu rows of outputs 8 t .. 8 t + 7, rows
-// 8-15 the linear rows of the same outputs.
-MXMOE_HOST_DEVICE int fc1_checkpoint_row(int packed_row) {
+// The checkpoint row of packed row `packed_row` of FC1 (`rows` = 2 I rows): record rows 0-7 of row
+// tile t are the glu (gate) rows of outputs 8 t .. 8 t + 7, rows 8-15 the linear (up) rows of the
+// same outputs. The checkpoint interleaves them (glu 2 j, linear 2 j + 1: gpt-oss) or concatenates
+// them (glu j, linear I + j: DeepSeek-V4's [w1; w3]); layer_spec.hpp's GateUpLayout.
+MXMOE_HOST_DEVICE int fc1_checkpoint_row(int packed_row, int rows, bool concatenated) {
   const int output = 8 * (packed_row / 16) + packed_row % 8;
-  return 2 * output + ((packed_row % 16) >= 8 ? 1 : 0);
+  const int linear = (packed_row % 16) >= 8 ? 1 : 0;
+  return concatenated ? output + linear * (rows / 2) : 2 * output + linear;
 }
 
 constexpr int kMxfp8SliceBytes = 64;  // one row's 64 K of codes

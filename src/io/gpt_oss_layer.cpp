@@ -16,8 +16,7 @@ constexpr int kDefaultTopK = 4;  // gpt-oss experts_per_token, when no config.js
 
 int gpt_oss_top_k(const Checkpoint& checkpoint) { return checkpoint.config().top_k.value_or(kDefaultTopK); }
 
-// gpt-oss's spec with the config's swiglu_limit, where it gives one: a limit the kernels do not
-// compute reaches the CPU reference, and the GPU runner refuses it (runner_computes).
+// gpt-oss's spec with the config's swiglu_limit, where it gives one.
 LayerSpec gpt_oss_spec(const Checkpoint& checkpoint) {
   LayerSpec spec = kGptOssSpec;
   spec.activation.limit = checkpoint.config().swiglu_limit.value_or(kGptOssSpec.activation.limit);

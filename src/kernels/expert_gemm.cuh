@@ -46,16 +46,17 @@ constexpr int small_route_bytes(int num_experts) {
 
 namespace mxmoe::kernels {
 
-// gpt-oss SwiGLU, NaN-propagating like the reference: glu * sigmoid(1.702 glu) * (lin + 1) with
-// glu = min(glu, 7), lin = clamp(lin, -7, 7). Ten instructions, two of them MUFU: the sigmoid by
-// 2^x and 1/x with subnormals flushed, which differs from the reference's only where glu < -51
-// (sigmoid below 2^-126: the output is then 0 where the reference's is under 1e-36 in magnitude).
-// IEEE expf and division took ~40 instructions per output, a fifth of a prefill tile's time.
-__device__ __forceinline__ float gpt_oss_swiglu(float glu, float lin) {
-  constexpr float kLimit = 7.0f, kMinusAlphaLog2e = -1.702f * 1.4426950408889634f;
-  glu = min_nan(glu, kLimit);
-  lin = max_nan(min_nan(lin, kLimit), -kLimit);
-  return glu * reciprocal_approx_ftz(1.0f + exp2_approx_ftz(kMinusAlphaLog2e * glu)) * (lin + 1.0f);
+// The layer's SwiGLU (SwigluArgs; gpt-oss: alpha 1.702, limit 7, up + 1; DeepSeek-V4: 1, 10, + 0),
+// NaN-propagating like the reference: glu * sigmoid(alpha glu) * (lin + up_offset) with
+// glu = min(glu, limit), lin = clamp(lin, -limit, limit). Ten instructions, two of them MUFU: the
+// sigmoid by 2^x and 1/x with subnormals flushed, which differs from the reference's only where
+// alpha glu < -87 (sigmoid below 2^-126: the output is then 0 where the reference's is under 1e-36
+// in magnitude). IEEE expf and division took ~40 instructions per output, a fifth of a prefill
+// tile's time. The constants are kernel arguments: every spec runs the same binaries.
+__device__ __forceinline__ float swiglu(const SwigluArgs& a, float glu, float lin) {
+  glu = min_nan(glu, a.limit);
+  lin = max_nan(min_nan(lin, a.limit), -a.limit);
+  return glu * reciprocal_approx_ftz(1.0f + exp2_approx_ftz(a.minus_alpha_log2e * glu)) * (lin + a.up_offset);
 }
 
 // The bias of a lane's two accumulator rows (g and g + 8, g = lane / 4) of record row tile
@@ -94,7 +95,7 @@ __device__ __forceinline__ void store_accumulator_groups(const ExpertGemmArgs& a
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
         const unsigned short a =
-            float_to_bf16_bits(gpt_oss_swiglu(acc[4 * t + i] + bias[0], acc[4 * t + 2 + i] + bias[1]));
+            float_to_bf16_bits(swiglu(args.swiglu, acc[4 * t + i] + bias[0], acc[4 * t + 2 + i] + bias[1]));
         if (8 * t + token + i < tokens) out[(8 * t + i) * columns] = a;
       }
     }

@@ -7,6 +7,15 @@
 
 namespace mxmoe::kernels {
 
+// FC1's epilogue, the layer's SwiGLU (layer_spec.hpp's SwigluActivation) in the form it computes:
+// glu = min(glu, limit), lin = clamp(lin, -limit, limit),
+// out = glu / (1 + 2^(minus_alpha_log2e glu)) * (lin + up_offset).
+struct SwigluArgs {
+  float minus_alpha_log2e;  // -alpha log2(e)
+  float limit;
+  float up_offset;
+};
+
 struct ExpertGemmArgs {
   const unsigned char* records;  // [E][rows / 16][k_tiles] records
   const float* bias;             // [E][rows], packed row order
@@ -19,6 +28,7 @@ struct ExpertGemmArgs {
   int rows;     // FC1: 2 I; FC2: H
   int k;        // FC1: H; FC2: I (a multiple of 32)
   int k_tiles;  // ceil(k / 64)
+  SwigluArgs swiglu;  // FC1's epilogue (FC2: unused)
   int num_experts;
   const int* expert_offsets;  // [E + 1]
   const int* active_experts;  // [E + 1]

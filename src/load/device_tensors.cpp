@@ -51,9 +51,16 @@ void DeviceLayerTensors::validate() const {
                   "-byte aligned");
     }
   };
+  // A tensor the spec has is checked; one it has not must be absent.
+  auto check_if = [&](bool present, const char* name, const DeviceTensor& t, std::vector<int64_t> tensor_shape) {
+    if (present) return check(name, t, Kind::kFloats, {tensor_shape});
+    if (t.data) throw Error(where + name + ": given, but the layer's spec (" + shape.spec.describe() + ") has none");
+  };
   const int64_t e = shape.num_experts, h = shape.hidden, i = shape.intermediate;
-  check("router_weight", router_weight, Kind::kFloats, {{e, h}});
-  check("router_bias", router_bias, Kind::kFloats, {{e}});
+  const LayerSpec& spec = shape.spec;
+  check_if(spec.router != RouterKind::kCallerTopK, "router_weight", router_weight, {e, h});
+  check_if(spec.router == RouterKind::kSoftmaxTopK, "router_bias", router_bias, {e});
+  check_if(spec.router == RouterKind::kSqrtSoftplus, "router_selection_bias", router_selection_bias, {e});
   if (dense()) {
     for (const auto& [name, t] : {std::pair{"fc1_blocks", &fc1_blocks}, std::pair{"fc1_scales", &fc1_scales},
                                   std::pair{"fc2_blocks", &fc2_blocks}, std::pair{"fc2_scales", &fc2_scales}}) {
@@ -67,8 +74,8 @@ void DeviceLayerTensors::validate() const {
     check("fc2_blocks", fc2_blocks, Kind::kCodes, {{e, h, i / kMxBlock, 16}, {e, h, i / 2}}, 16);
     check("fc2_scales", fc2_scales, Kind::kCodes, {{e, h, i / kMxBlock}});
   }
-  check("fc1_bias", fc1_bias, Kind::kFloats, {{e, 2 * i}});
-  check("fc2_bias", fc2_bias, Kind::kFloats, {{e, h}});
+  check_if(spec.expert_biases, "fc1_bias", fc1_bias, {e, 2 * i});
+  check_if(spec.expert_biases, "fc2_bias", fc2_bias, {e, h});
 }
 
 }  // namespace mxmoe

@@ -43,7 +43,8 @@ struct Matrix {
 };
 
 std::array<Matrix, 2> matrices_of(const MoeShape& s, size_t scratch_limit = kLoadScratchBytes) {
-  return {Matrix{"fc1", {s.num_experts, s.fc1_rows(), s.hidden}, RowOrder::kGluLinSplit, scratch_limit},
+  const RowOrder fc1_order = fc1_row_order(s.spec.gate_up == GateUpLayout::kConcatenated);
+  return {Matrix{"fc1", {s.num_experts, s.fc1_rows(), s.hidden}, fc1_order, scratch_limit},
           Matrix{"fc2", {s.num_experts, s.hidden, s.intermediate}, RowOrder::kIdentity, scratch_limit}};
 }
 
@@ -54,6 +55,7 @@ PackedLayer allocate_layer(const MoeShape& s, int routed_experts, bool shard, co
                           m[1].geometry.bytes(),
                           static_cast<size_t>(s.num_experts) * s.hidden * 4,
                           static_cast<size_t>(routed_experts) * s.hidden * 2,
+                          static_cast<size_t>(routed_experts) * 4,
                           static_cast<size_t>(routed_experts) * 4,
                           shard ? static_cast<size_t>(routed_experts) * 4 : 0};
   size_t total = 0;
@@ -72,7 +74,8 @@ PackedLayer allocate_layer(const MoeShape& s, int routed_experts, bool shard, co
   layer.fc2_bias = reinterpret_cast<float*>(at[3]);
   layer.router_weight = reinterpret_cast<__nv_bfloat16*>(at[4]);
   layer.router_bias = reinterpret_cast<float*>(at[5]);
-  if (shard) layer.local_experts = reinterpret_cast<int*>(at[6]);
+  layer.selection_bias = reinterpret_cast<float*>(at[6]);
+  if (shard) layer.local_experts = reinterpret_cast<int*>(at[7]);
   return layer;
 }
 
@@ -106,16 +109,22 @@ class Packer {
     launch_repack_records(chunk, matrix.order, blocks, scales, records + first * matrix.record_bytes_per_expert(),
                           flags() + m, stream_);
   }
-  // Matrix m's bias [E, rows] (BF16 or F32) in packed row order.
+  // Matrix m's bias [E, rows] (BF16 or F32) in packed row order; null values: zeros.
   void bias(int m, const void* values, Dtype dtype) {
     const Matrix& matrix = matrices_[m];
-    launch_pack_row_vector(matrix.geometry, matrix.order, values, dtype, m == 0 ? layer_.fc1_bias : layer_.fc2_bias,
-                           stream_);
+    row_vector(matrix.geometry, matrix.order, values, dtype, m == 0 ? layer_.fc1_bias : layer_.fc2_bias);
   }
-  // The router bias [R] (BF16 or F32) as fp32.
-  void router_bias(const void* values, Dtype dtype, int routed_experts) {
-    launch_pack_row_vector(RecordGeometry{1, routed_experts, 0}, RowOrder::kIdentity, values, dtype, layer_.router_bias,
-                           stream_);
+  // The router's logit bias and its selection bias [R] (BF16 or F32) as fp32; null values: zeros.
+  void router_biases(const void* logit_bias, Dtype logit_dtype, const void* selection_bias, Dtype selection_dtype,
+                     int routed_experts) {
+    const RecordGeometry vector{1, routed_experts, 0};
+    row_vector(vector, RowOrder::kIdentity, logit_bias, logit_dtype, layer_.router_bias);
+    row_vector(vector, RowOrder::kIdentity, selection_bias, selection_dtype, layer_.selection_bias);
+  }
+  // Zeros for the router weight [R, H] of a layer its caller routes.
+  void zero_router_weight(int routed_experts, int hidden) {
+    cuda_check(cudaMemsetAsync(layer_.router_weight, 0, static_cast<size_t>(routed_experts) * hidden * 2, stream_),
+               "clearing the router weight");
   }
   // Waits for the load and sets the layer's one-multiply flags.
   void finish() {
@@ -129,6 +138,14 @@ class Packer {
 
  private:
   unsigned* flags() const { return static_cast<unsigned*>(scratch_.get()); }
+  void row_vector(const RecordGeometry& g, RowOrder order, const void* values, Dtype dtype, float* out) {
+    if (values) {
+      launch_pack_row_vector(g, order, values, dtype, out, stream_);
+    } else {
+      cuda_check(cudaMemsetAsync(out, 0, static_cast<size_t>(g.experts) * g.rows * sizeof(float), stream_),
+                 "clearing a bias the layer does not have");
+    }
+  }
 
   PackedLayer& layer_;
   std::array<Matrix, 2> matrices_;
@@ -177,16 +194,7 @@ void check_on_current_device(const char* name, const void* data) {
 
 }  // namespace
 
-bool runner_computes(const LayerSpec& spec) { return spec == kGptOssSpec; }
-
-void check_spec_on_device(const MoeShape& shape) {
-  if (!runner_computes(shape.spec)) {
-    throw Error("layer " + shape.describe() + ": the GPU kernels compute the gpt-oss layer spec only");
-  }
-}
-
 PackedLayer load_layer(const MoeLayerWeights& weights, const DeviceAllocator& allocator, size_t scratch_limit) {
-  check_spec_on_device(weights.shape);
   weights.validate();
   const MoeShape& s = weights.shape;
   const int routed = weights.num_routed_experts();
@@ -205,7 +213,8 @@ PackedLayer load_layer(const MoeLayerWeights& weights, const DeviceAllocator& al
   };
   HostBias biases[] = {{"fc1 bias", bytes_of(weights.fc1_bias)},
                        {"fc2 bias", bytes_of(weights.fc2_bias)},
-                       {"router bias", bytes_of(weights.router_bias)}};
+                       {"router bias", bytes_of(weights.router_bias)},
+                       {"router selection bias", bytes_of(weights.router_selection_bias)}};
   size_t scratch_bytes = chunk_bytes;
   for (const auto& b : biases) scratch_bytes += align256(b.bytes.size());
   Packer packer(layer, s, stream.get(), scratch_bytes, allocator);
@@ -231,14 +240,20 @@ PackedLayer load_layer(const MoeLayerWeights& weights, const DeviceAllocator& al
   }
   unsigned char* next = packer.scratch() + chunk_bytes;
   for (HostBias& b : biases) {
+    if (b.bytes.empty()) continue;  // the spec has none: at stays null, and the packer writes zeros
     b.at = next;
     upload.copy(b.at, {b.bytes.data()}, b.bytes.size(), b.name);
     next += align256(b.bytes.size());
   }
   packer.bias(0, biases[0].at, Dtype::kBF16);
   packer.bias(1, biases[1].at, Dtype::kBF16);
-  packer.router_bias(biases[2].at, Dtype::kBF16, routed);
-  upload.copy(layer.router_weight, {weights.router_weight.data()}, weights.router_weight.size() * 2, "router weight");
+  packer.router_biases(biases[2].at, Dtype::kBF16, biases[3].at, Dtype::kF32, routed);
+  if (weights.router_weight.empty()) {
+    packer.zero_router_weight(routed, s.hidden);
+  } else {
+    upload.copy(layer.router_weight, {weights.router_weight.data()}, weights.router_weight.size() * 2,
+                "router weight");
+  }
   if (!local_experts.empty()) {
     upload.copy(layer.local_experts, {local_experts.data()}, local_experts.size() * 4, "local experts");
   }
@@ -247,11 +262,11 @@ PackedLayer load_layer(const MoeLayerWeights& weights, const DeviceAllocator& al
 }
 
 PackedLayer load_layer(const DeviceLayerTensors& t, const DeviceAllocator& allocator, size_t scratch_limit) {
-  check_spec_on_device(t.shape);
   t.validate();
   const MoeShape& s = t.shape;
   for (const auto& [name, tensor] :
        {std::pair{"router_weight", &t.router_weight}, std::pair{"router_bias", &t.router_bias},
+        std::pair{"router_selection_bias", &t.router_selection_bias},
         std::pair{"fc1_blocks", &t.fc1_blocks}, std::pair{"fc1_scales", &t.fc1_scales},
         std::pair{"fc2_blocks", &t.fc2_blocks}, std::pair{"fc2_scales", &t.fc2_scales},
         std::pair{"gate_up", &t.gate_up}, std::pair{"down", &t.down}, std::pair{"fc1_bias", &t.fc1_bias},
@@ -287,10 +302,13 @@ PackedLayer load_layer(const DeviceLayerTensors& t, const DeviceAllocator& alloc
   }
   packer.bias(0, t.fc1_bias.data, t.fc1_bias.dtype);
   packer.bias(1, t.fc2_bias.data, t.fc2_bias.dtype);
-  packer.router_bias(t.router_bias.data, t.router_bias.dtype, s.num_experts);
+  packer.router_biases(t.router_bias.data, t.router_bias.dtype, t.router_selection_bias.data,
+                       t.router_selection_bias.dtype, s.num_experts);
   auto* router_weight = reinterpret_cast<uint16_t*>(layer.router_weight);
   const size_t router_values = static_cast<size_t>(s.num_experts) * s.hidden;
-  if (t.router_weight.dtype == Dtype::kBF16) {
+  if (!t.router_weight.data) {
+    packer.zero_router_weight(s.num_experts, s.hidden);
+  } else if (t.router_weight.dtype == Dtype::kBF16) {
     cuda_check(
         cudaMemcpyAsync(router_weight, t.router_weight.data, router_values * 2, cudaMemcpyDeviceToDevice, t.stream),
         "copying the router weight");

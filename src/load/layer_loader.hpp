@@ -13,7 +13,10 @@ namespace mxmoe {
 
 // One allocation holding, each piece 256-byte aligned: FC1's records | FC1's bias | FC2's records |
 // FC2's bias (fp32, packed row order) | the router weight (bf16 [R, H]) | the router bias (fp32
-// [R]) | an expert-parallel shard's local experts (int32 [R]; absent for a whole layer).
+// [R]) | the router's selection bias (fp32 [R]) | an expert-parallel shard's local experts (int32
+// [R]; absent for a whole layer). A tensor the layer's spec does not have (expert biases, the
+// router's biases, the router of a layer its caller routes) is zeros: adding it changes nothing, so
+// the kernels take every spec's layer the same way.
 struct PackedLayer {
   DeviceBuffer buffer;
   unsigned char* fc1_records = nullptr;
@@ -22,13 +25,11 @@ struct PackedLayer {
   float* fc2_bias = nullptr;
   __nv_bfloat16* router_weight = nullptr;
   float* router_bias = nullptr;
+  float* selection_bias = nullptr;
   int* local_experts = nullptr;
   bool fc1_scales_one_multiply = false, fc2_scales_one_multiply = false;  // scales_take_one_multiply
 };
 
-// Throws Error for a layer whose spec the device repack and the kernel epilogues do not compute
-// (runner_computes), rather than computing it as gpt-oss's.
-void check_spec_on_device(const MoeShape& shape);
 
 // Both return once the weights are on the device; their load-time scratch (two flags, and expert
 // chunks of the checkpoint layout of at most `scratch_limit` bytes, or one expert where that is

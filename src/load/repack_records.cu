@@ -29,10 +29,10 @@ __global__ void __launch_bounds__(kRepackThreads) repack_records_kernel(RepackAr
 }
 
 template <typename T>
-__global__ void pack_row_vector_kernel(const T* values, int rows, long long count, int glu_lin_split, float* out) {
+__global__ void pack_row_vector_kernel(const T* values, int rows, long long count, int row_order, float* out) {
   for (long long i = blockIdx.x * static_cast<long long>(blockDim.x) + threadIdx.x; i < count;
        i += static_cast<long long>(gridDim.x) * blockDim.x) {
-    out[i] = load::packed_row_value(values, rows, glu_lin_split, i);
+    out[i] = load::packed_row_value(values, rows, row_order, i);
   }
 }
 
@@ -64,14 +64,14 @@ void launch_pack_row_vector(const RecordGeometry& g, RowOrder order, const void*
                             cudaStream_t stream) {
   const long long count = static_cast<long long>(g.experts) * g.rows;
   if (count == 0) return;
-  const int split = order == RowOrder::kGluLinSplit;
+  const int row_order = static_cast<int>(order);
   const unsigned grid = grid_for(count, kElementwiseThreads);
   if (dtype == Dtype::kBF16) {
     pack_row_vector_kernel<<<grid, kElementwiseThreads, 0, stream>>>(static_cast<const uint16_t*>(values), g.rows,
-                                                                     count, split, out);
+                                                                     count, row_order, out);
   } else if (dtype == Dtype::kF32) {
     pack_row_vector_kernel<<<grid, kElementwiseThreads, 0, stream>>>(static_cast<const float*>(values), g.rows, count,
-                                                                     split, out);
+                                                                     row_order, out);
   } else {
     throw Error("row vector on the device: expected BF16 or F32 values, got " + std::string(dtype_name(dtype)));
   }

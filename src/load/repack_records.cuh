@@ -46,8 +46,17 @@ struct RepackArgs {
   uint8_t* records;  // 16-byte aligned
   int rows, k, row_tiles, k_tiles, k_chunks;
   long long items;  // experts x row tiles x K chunks
-  int glu_lin_split;
+  int row_order;  // RowOrder
 };
+
+// The checkpoint row, within its expert, of packed row `packed_row` of a matrix of `rows` rows in
+// `row_order` (a RowOrder).
+MXMOE_HOST_DEVICE int checkpoint_row_of(int packed_row, int rows, int row_order) {
+  return row_order == static_cast<int>(RowOrder::kIdentity)
+             ? packed_row
+             : kernels::fc1_checkpoint_row(packed_row, rows,
+                                           row_order == static_cast<int>(RowOrder::kGluLinSplitConcatenated));
+}
 
 inline RepackArgs repack_args(const RecordGeometry& g, RowOrder order, const uint8_t* blocks, const uint8_t* scales,
                               uint8_t* records) {
@@ -61,7 +70,7 @@ inline RepackArgs repack_args(const RecordGeometry& g, RowOrder order, const uin
           .k_tiles = g.k_tiles(),
           .k_chunks = k_chunks,
           .items = static_cast<long long>(g.experts) * g.row_tiles() * k_chunks,
-          .glu_lin_split = order == RowOrder::kGluLinSplit};
+          .row_order = static_cast<int>(order)};
 }
 
 struct RepackStage {
@@ -73,7 +82,7 @@ struct RepackStage {
 MXMOE_HOST_DEVICE long long repack_source_row(const RepackArgs& a, long long item, int row) {
   const long long row_tile = item / a.k_chunks;  // over all experts: expert * row_tiles + tile
   const int packed_row = 16 * static_cast<int>(row_tile % a.row_tiles) + row;
-  return row_tile / a.row_tiles * a.rows + (a.glu_lin_split ? kernels::fc1_checkpoint_row(packed_row) : packed_row);
+  return row_tile / a.row_tiles * a.rows + checkpoint_row_of(packed_row, a.rows, a.row_order);
 }
 
 // Thread t's part of staging `item`: 16 value bytes and one scale. Returns whether that scale (a
@@ -130,9 +139,9 @@ MXMOE_HOST_DEVICE void write_record(const RepackArgs& a, long long item, int war
 // Value i of a packed row vector [experts, rows] (pack_row_vector's): its expert's checkpoint row's,
 // as float. T: uint16_t (bf16 bits) or float.
 template <typename T>
-MXMOE_HOST_DEVICE float packed_row_value(const T* values, int rows, int glu_lin_split, long long i) {
+MXMOE_HOST_DEVICE float packed_row_value(const T* values, int rows, int row_order, long long i) {
   const int r = static_cast<int>(i % rows);
-  const T v = values[i - r + (glu_lin_split ? kernels::fc1_checkpoint_row(r) : r)];
+  const T v = values[i - r + checkpoint_row_of(r, rows, row_order)];
   if constexpr (sizeof(T) == 2) {
     return format::bits_float(static_cast<uint32_t>(v) << 16);
   } else {

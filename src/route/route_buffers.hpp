@@ -34,6 +34,16 @@ constexpr int kSmallBatchPairs = 32;
 // (route_kernels.cuh, permutes_in_one_warp).
 constexpr int kOneWarpPermutePairs = 64;
 
+// How a router ranks the experts and weighs the k it picks (layer_spec.hpp's RouterKind, for the
+// logits it routes from). Softmax (gpt-oss): ranks by the logit, weights the softmax over the k
+// picked. Sqrt-softplus (DeepSeek-V4): scores s = sqrt(softplus(l)), ranks by s + selection_bias[e],
+// weights the k picked scores over their sum, times routed_scaling.
+struct RouterMath {
+  const float* selection_bias = nullptr;  // [routed experts], sqrt-softplus only
+  float routed_scaling = 1.0f;
+  int sqrt_softplus = 0;
+};
+
 // Where the routing's top-k comes from: the router logits (top-k + softmax, as the layer routes), or
 // the caller's own top-k (the engine form). Experts are the routed ones (an expert-parallel shard's
 // router scores all of the layer's); `local_experts` maps each to the expert the weights hold, -1
@@ -41,6 +51,7 @@ constexpr int kOneWarpPermutePairs = 64;
 // [0, routed_experts), goes to no expert: its sorted row is -1 and it adds nothing.
 struct RouteInput {
   const float* logits;        // [T, routed_experts], or null
+  RouterMath router;          // how the logits route
   const void* topk_ids;       // [T, k] int32 or int64 (ids_int64), when logits is null
   const float* topk_weights;  // [T, k]
   const int* local_experts;   // [routed_experts], or null: the identity

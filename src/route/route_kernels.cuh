@@ -92,7 +92,7 @@ __device__ __forceinline__ void route_token(const RouteInput& in, int token, int
   const int lane = threadIdx.x % 32, pair = token * top_k + lane;
   int expert = -1;
   if (in.logits) {
-    select_token_experts(in.logits, token, in.routed_experts, top_k, experts, weights);
+    select_token_experts(in.logits, token, in.routed_experts, top_k, experts, weights, in.router);
     if (lane < top_k) expert = experts[pair];  // this lane's own store
   } else if (lane < top_k) {
     const long long id = in.ids_int64 ? static_cast<const long long*>(in.topk_ids)[pair]

@@ -21,7 +21,15 @@ __device__ __forceinline__ unsigned logit_rank(float v) {
   return u & 0x80000000u ? ~u : u | 0x80000000u;
 }
 
-// Top-k over one token's logits and the softmax over the k selected, by one warp. Round s takes
+// torch.nn.functional.softplus (beta 1, threshold 20), then the square root: ref/router.cpp's.
+__device__ __forceinline__ float sqrt_softplus(float logit) { return sqrtf(logit > 20.0f ? logit : log1pf(expf(logit))); }
+
+// What expert e's logit ranks by under `router`.
+__device__ __forceinline__ float rank_key(const RouterMath& router, float logit, int e) {
+  return router.sqrt_softplus ? sqrt_softplus(logit) + router.selection_bias[e] : logit;
+}
+
+// Top-k over one token's logits and the weights of the k selected (RouterMath), by one warp. Round s takes
 // the best entry ranked after round s-1's pick, so nothing needs marking: each lane its own best,
 // then the warp's by two reductions (the highest rank, then the lowest expert holding it). Lane s
 // keeps slot s. Writes experts[token k + s] and weights[token k + s] (workspace or shared).
@@ -31,68 +39,68 @@ __device__ __forceinline__ unsigned logit_rank(float v) {
 // expert that does not exist (the routing kernel runs every token's top-k on one SM).
 template <int kHeld>
 __device__ __forceinline__ void select_token_experts_held(const float* logits, int token, int num_experts, int top_k,
-                                                          int* experts, float* weights) {
+                                                          int* experts, float* weights, const RouterMath& router) {
   const int lane = threadIdx.x % 32;
   const float* row = logits + static_cast<long long>(token) * num_experts;
-  float held[kHeld];
+  float held[kHeld];  // rank keys
 #pragma unroll
-  for (int i = 0; i < kHeld; ++i) held[i] = lane + 32 * i < num_experts ? row[lane + 32 * i] : 0.0f;
+  for (int i = 0; i < kHeld; ++i) held[i] = lane + 32 * i < num_experts ? rank_key(router, row[lane + 32 * i], lane + 32 * i) : 0.0f;
   unsigned previous_rank = 0xFFFFFFFFu;
   int previous_expert = -1;
-  float my_logit = 0.0f;
   int my_expert = -1;
   for (int slot = 0; slot < top_k; ++slot) {
-    unsigned best_rank = 0;  // below every logit's rank: this lane has no candidate
+    unsigned best_rank = 0;  // below every key's rank: this lane has no candidate
     int best_expert = num_experts;
-    float best_logit = 0.0f;
-    auto consider = [&](float v, int e) {
-      const unsigned rank = logit_rank(v);
+    auto consider = [&](float key, int e) {
+      const unsigned rank = logit_rank(key);
       const bool after_previous = rank < previous_rank || (rank == previous_rank && e > previous_expert);
       if (after_previous && (rank > best_rank || (rank == best_rank && e < best_expert))) {
         best_rank = rank;
         best_expert = e;
-        best_logit = v;
       }
     };
 #pragma unroll
     for (int i = 0; i < kHeld; ++i) {
       if (lane + 32 * i < num_experts) consider(held[i], lane + 32 * i);
     }
-    for (int e = lane + 32 * kHeld; e < num_experts; e += 32) consider(row[e], e);
+    for (int e = lane + 32 * kHeld; e < num_experts; e += 32) consider(rank_key(router, row[e], e), e);
     const unsigned top_rank = __reduce_max_sync(0xffffffffu, best_rank);
     const int top_expert = static_cast<int>(
         __reduce_min_sync(0xffffffffu, best_rank == top_rank ? static_cast<unsigned>(best_expert) : 0xFFFFFFFFu));
-    // The raw value from the lane holding it: a NaN logit makes NaN weights, as in the reference.
-    const float top_logit = __shfl_sync(0xffffffffu, best_logit, top_expert % 32);
     previous_rank = top_rank;
     previous_expert = top_expert;
-    if (lane == slot) {
-      my_expert = top_expert;
-      my_logit = top_logit;
-    }
+    if (lane == slot) my_expert = top_expert;
   }
-  const float max_logit = __shfl_sync(0xffffffffu, my_logit, 0);
-  const float e = lane < top_k ? expf(my_logit - max_logit) : 0.0f;
+  // The raw logit of this lane's pick (L1: the row was just read): a NaN logit makes NaN weights,
+  // as in the reference.
+  const float my_logit = lane < top_k ? row[my_expert] : 0.0f;
+  float e;
+  if (router.sqrt_softplus) {
+    e = lane < top_k ? sqrt_softplus(my_logit) : 0.0f;
+  } else {
+    const float max_logit = __shfl_sync(0xffffffffu, my_logit, 0);
+    e = lane < top_k ? expf(my_logit - max_logit) : 0.0f;
+  }
   float sum = e;
   for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
   if (lane < top_k) {
     experts[token * top_k + lane] = my_expert;
-    weights[token * top_k + lane] = e / sum;
+    weights[token * top_k + lane] = router.sqrt_softplus ? e / sum * router.routed_scaling : e / sum;
   }
 }
 
 // select_token_experts_held with the fewest held logits per lane that cover E (8 past 256). Not
 // inlined: four inlined copies raised the 16-token GEMV past 128 registers (one CTA per SM).
 __device__ __noinline__ void select_token_experts(const float* logits, int token, int num_experts, int top_k,
-                                                     int* experts, float* weights) {
+                                                     int* experts, float* weights, RouterMath router = {}) {
   if (num_experts <= 32) {
-    select_token_experts_held<1>(logits, token, num_experts, top_k, experts, weights);
+    select_token_experts_held<1>(logits, token, num_experts, top_k, experts, weights, router);
   } else if (num_experts <= 64) {
-    select_token_experts_held<2>(logits, token, num_experts, top_k, experts, weights);
+    select_token_experts_held<2>(logits, token, num_experts, top_k, experts, weights, router);
   } else if (num_experts <= 128) {
-    select_token_experts_held<4>(logits, token, num_experts, top_k, experts, weights);
+    select_token_experts_held<4>(logits, token, num_experts, top_k, experts, weights, router);
   } else {
-    select_token_experts_held<8>(logits, token, num_experts, top_k, experts, weights);
+    select_token_experts_held<8>(logits, token, num_experts, top_k, experts, weights, router);
   }
 }
 

@@ -122,6 +122,7 @@ std::vector<float> run_fc2(const Tactic& t, const Problem& p, cudaStream_t strea
               .rows = rows,
               .k = kCheckK,
               .k_tiles = (kCheckK + 63) / 64,
+              .swiglu = {},
               .num_experts = e,
               .expert_offsets = static_cast<const int*>(d_offsets.get()),
               .active_experts = static_cast<const int*>(d_active.get()),

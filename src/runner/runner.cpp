@@ -90,15 +90,22 @@ struct MoeRunner::Impl {
     return make_layer_launch(shape, *device.arch, plan, num_tokens, !given_topk && !weights.local_experts);
   }
   kernels::RouteInput route_input(const float* logits) const {
-    return {.logits = logits, .topk_ids = nullptr, .topk_weights = nullptr, .local_experts = weights.local_experts,
-            .routed_experts = routed_experts, .ids_int64 = 0};
+    if (shape.spec.router == RouterKind::kCallerTopK) {
+      throw Error("forward: the layer (" + shape.describe() +
+                  ") is routed by its caller: call forward_experts with its top-k");
+    }
+    const kernels::RouterMath router{
+        .selection_bias = weights.selection_bias,
+        .routed_scaling = shape.spec.routed_scaling,
+        .sqrt_softplus = shape.spec.router == RouterKind::kSqrtSoftplus ? 1 : 0};
+    return {.logits = logits, .router = router, .topk_ids = nullptr, .topk_weights = nullptr,
+            .local_experts = weights.local_experts, .routed_experts = routed_experts, .ids_int64 = 0};
   }
   void run(const __nv_bfloat16* x, const kernels::RouteInput& in, __nv_bfloat16* out, int num_tokens,
            void* workspace, cudaStream_t stream, const LayerLaunch& launch, ForwardPart last = ForwardPart::kAll) const;
 };
 
 MoeRunner::MoeRunner(const MoeLayerWeights& weights, const RunnerOptions& options) : impl_(std::make_unique<Impl>()) {
-  check_spec_on_device(weights.shape);
   weights.validate();
   impl_->init(weights.shape, weights.num_routed_experts(), options);
   impl_->weights = load_layer(weights, options.allocator);
@@ -106,7 +113,6 @@ MoeRunner::MoeRunner(const MoeLayerWeights& weights, const RunnerOptions& option
 
 MoeRunner::MoeRunner(const DeviceLayerTensors& tensors, const RunnerOptions& options)
     : impl_(std::make_unique<Impl>()) {
-  check_spec_on_device(tensors.shape);
   tensors.validate();
   impl_->init(tensors.shape, tensors.shape.num_experts, options);
   impl_->weights = load_layer(tensors, options.allocator);
@@ -193,6 +199,14 @@ bool MoeRunner::routes_in_expert_kernels(const LayerPlan& plan, int num_tokens) 
   return !impl_->make_launch(plan, num_tokens, false).routing_launch;
 }
 
+namespace {
+
+kernels::SwigluArgs swiglu_args(const SwigluActivation& a) {
+  return {.minus_alpha_log2e = -a.alpha * 1.4426950408889634f, .limit = a.limit, .up_offset = a.up_offset};
+}
+
+}  // namespace
+
 void MoeRunner::Impl::run(const __nv_bfloat16* x, const kernels::RouteInput& in, __nv_bfloat16* out,
                           int num_tokens, void* workspace, cudaStream_t stream, const LayerLaunch& launch,
                           ForwardPart last) const {
@@ -235,6 +249,7 @@ void MoeRunner::Impl::run(const __nv_bfloat16* x, const kernels::RouteInput& in,
               .rows = shape.fc1_rows(),
               .k = shape.hidden,
               .k_tiles = fc1_geometry.k_tiles(),
+              .swiglu = swiglu_args(shape.spec.activation),
               .num_experts = shape.num_experts,
               .expert_offsets = route.expert_offsets,
               .active_experts = route.active_experts,
@@ -256,6 +271,7 @@ void MoeRunner::Impl::run(const __nv_bfloat16* x, const kernels::RouteInput& in,
               .rows = shape.hidden,
               .k = shape.intermediate,
               .k_tiles = fc2_geometry.k_tiles(),
+              .swiglu = {},
               .num_experts = shape.num_experts,
               .expert_offsets = route.expert_offsets,
               .active_experts = route.active_experts,
@@ -320,9 +336,10 @@ void MoeRunner::forward(const __nv_bfloat16* x, __nv_bfloat16* out, int num_toke
   impl_->with_launch(num_tokens, plan, false, [&](const LayerLaunch& launch) {
     auto* logits = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace) +
                                             WorkspaceLayout::of(impl_->shape, impl_->routed_experts, num_tokens).logits);
+    const kernels::RouteInput in = impl_->route_input(logits);
     launch_router_logits(x, impl_->weights.router_weight, impl_->weights.router_bias, logits, num_tokens,
                          impl_->routed_experts, impl_->shape.hidden, stream);
-    impl_->run(x, impl_->route_input(logits), out, num_tokens, workspace, stream, launch);
+    impl_->run(x, in, out, num_tokens, workspace, stream, launch);
   });
 }
 
@@ -334,6 +351,7 @@ void MoeRunner::forward_experts(const __nv_bfloat16* x, const GivenTopK& topk, _
   check_aligned(topk.weights, 4, "topk weights");
   if (num_tokens == 0) return;
   const kernels::RouteInput in{.logits = nullptr,
+                               .router = {},
                                .topk_ids = topk.ids,
                                .topk_weights = topk.weights,
                                .local_experts = impl_->weights.local_experts,

@@ -42,13 +42,13 @@ Repacked emulate_repack(const RecordGeometry& g, RowOrder order, const std::vect
 
 void expect_repack_matches(const RecordGeometry& g, const std::vector<uint8_t>& blocks,
                            const std::vector<uint8_t>& scales, const std::string& what) {
-  for (RowOrder order : {RowOrder::kIdentity, RowOrder::kGluLinSplit}) {
+  for (RowOrder order : kRowOrders) {
     const Repacked got = emulate_repack(g, order, blocks, scales);
     const std::vector<uint8_t> expected = pack_records(g, order, blocks, scales);
     ASSERT_EQ(got.records.size(), expected.size());
     const auto at = std::mismatch(got.records.begin(), got.records.end(), expected.begin());
     ASSERT_TRUE(at.first == got.records.end())
-        << what << (order == RowOrder::kIdentity ? " identity" : " glu/lin") << ": record "
+        << what << " " << row_order_name(order) << ": record "
         << (at.first - got.records.begin()) / kernels::kRecordBytes << " byte "
         << (at.first - got.records.begin()) % kernels::kRecordBytes;
     EXPECT_EQ(!got.out_of_range, scales_take_one_multiply(scales)) << what;
@@ -98,11 +98,11 @@ TEST(LoadKernelSteps, PackedRowValuesArePackRowVectors) {
   const RecordGeometry g{3, 320, 96};
   const std::vector<Bf16> bf16 = make_activations(g.experts, g.rows, 4);
   const auto* bits = reinterpret_cast<const uint16_t*>(bf16.data());
-  for (RowOrder order : {RowOrder::kIdentity, RowOrder::kGluLinSplit}) {
+  for (RowOrder order : kRowOrders) {
     const std::vector<float> expected = pack_row_vector(g, order, std::span(bits, bf16.size()));
     for (size_t i = 0; i < expected.size(); ++i) {
-      ASSERT_EQ(load::packed_row_value(bits, g.rows, order == RowOrder::kGluLinSplit, static_cast<long long>(i)),
-                expected[i]);
+      ASSERT_EQ(load::packed_row_value(bits, g.rows, static_cast<int>(order), static_cast<long long>(i)), expected[i])
+          << row_order_name(order) << " " << i;
     }
   }
 }

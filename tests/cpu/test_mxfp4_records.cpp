@@ -4,10 +4,12 @@
 
 #include <algorithm>
 #include <bit>
+#include <cctype>
 #include <cmath>
 #include <cstring>
 #include <random>
 #include <set>
+#include <string>
 
 #include "common/random.hpp"
 #include "format/mxfp4_records.hpp"
@@ -127,20 +129,29 @@ TEST_P(Records, DequantizedFragmentsAreTheMatrixTiles) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Orders, Records, ::testing::Values(RowOrder::kIdentity, RowOrder::kGluLinSplit),
-                         [](const auto& info) { return info.param == RowOrder::kIdentity ? "identity" : "glu_lin"; });
+INSTANTIATE_TEST_SUITE_P(Orders, Records, ::testing::ValuesIn(kRowOrders), [](const auto& info) {
+  std::string name = row_order_name(info.param);
+  for (char& c : name) c = std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+  return name;
+});
 
-TEST(Records, Fc1RowOrderIsABijectionPairingGluWithLinear) {
-  std::set<int> seen;
-  for (int packed = 0; packed < 5760; ++packed) {
-    const int row = kernels::fc1_checkpoint_row(packed);
-    seen.insert(row);
-    if (packed % 16 < 8) {
-      EXPECT_EQ(kernels::fc1_checkpoint_row(packed + 8), row + 1);  // lin(j) beside glu(j)
+TEST(Records, Fc1RowOrdersAreBijectionsPairingGluWithLinear) {
+  constexpr int kRows = 5760, kIntermediate = kRows / 2;
+  for (const bool concatenated : {false, true}) {
+    std::set<int> seen;
+    for (int packed = 0; packed < kRows; ++packed) {
+      const int row = kernels::fc1_checkpoint_row(packed, kRows, concatenated);
+      seen.insert(row);
+      if (packed % 16 < 8) {
+        const int output = 8 * (packed / 16) + packed % 8;  // glu(output) here, lin(output) 8 rows on
+        EXPECT_EQ(row, concatenated ? output : 2 * output);
+        EXPECT_EQ(kernels::fc1_checkpoint_row(packed + 8, kRows, concatenated),
+                  concatenated ? kIntermediate + output : 2 * output + 1);
+      }
     }
+    EXPECT_EQ(seen.size(), static_cast<size_t>(kRows)) << concatenated;
+    EXPECT_EQ(*seen.rbegin(), kRows - 1) << concatenated;
   }
-  EXPECT_EQ(seen.size(), 5760u);
-  EXPECT_EQ(*seen.rbegin(), 5759);
 }
 
 TEST(Records, ScaleBitsDecodeEveryE8m0Code) {

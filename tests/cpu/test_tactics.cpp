@@ -401,10 +401,11 @@ TEST(Heuristic, GemvMakesWayWhenItsStagingExceedsTheArch) {
 TEST(Heuristic, ChoosesOnlyDefaultTacticsThatValidate) {
   const auto defaults = default_tactics();
   for (const auto& arch : supported_archs()) {
-    for (const char* model : {"gpt-oss-20b", "gpt-oss-120b"}) {
+    for (const auto& preset : model_presets()) {
+      const std::string model(preset.name);
       for (int t : {1, 2, 3, 5, 8, 9, 15, 16, 17, 31, 33, 64, 100, 255, 256, 1000, 4096, 65536}) {
-        const LayerPlan plan = heuristic_plan(model_shape(model), t, arch);
-        EXPECT_NO_THROW(validate_plan(model_shape(model), plan, arch)) << arch.name << " " << model << " T=" << t;
+        const LayerPlan plan = heuristic_plan(preset.shape, t, arch);
+        EXPECT_NO_THROW(validate_plan(preset.shape, plan, arch)) << arch.name << " " << model << " T=" << t;
         for (const Tactic& tactic : {plan.fc1, plan.fc2}) {
           EXPECT_NE(std::find(defaults.begin(), defaults.end(), tactic.binary()), defaults.end()) << tactic.name();
         }

@@ -76,6 +76,13 @@ GivenRouting without_wide_ids(GivenRouting g) {
   return g;
 }
 
+// DeepSeek-V4's hash-routed layers: its experts, routed by the caller (token ids choose them).
+LayerSpec hash_spec() {
+  LayerSpec spec = deepseek_v4_spec(1.0f);
+  spec.router = RouterKind::kCallerTopK;
+  return spec;
+}
+
 class GpuEngineForm : public ::testing::TestWithParam<LayerCase> {};
 
 TEST_P(GpuEngineForm, GivenTopKMatchesTheReference) {
@@ -113,6 +120,9 @@ std::vector<LayerCase> engine_cases() {
     cases.push_back({"gpt_oss_20b", model_shape("gpt-oss-20b"), t, ActivationFormat::kMxfp8});
   }
   for (int t : {1, 33}) cases.push_back({"odd_E5_k3_H96_I160", MoeShape{5, 3, 96, 160, 1}, t, ActivationFormat::kMxfp8});
+  // DeepSeek-V4: a score layer's experts, and a hash-routed layer, which has only this form.
+  for (int t : {1, 64}) cases.push_back({"deepseek_v4_flash", model_shape("deepseek-v4-flash"), t});
+  for (int t : {1, 9, 300}) cases.push_back({"v4_hash_E24_k6_H256_I192", MoeShape{24, 6, 256, 192, 1, hash_spec()}, t});
   return cases;
 }
 
@@ -249,6 +259,30 @@ TEST(GpuEngineFormArguments, MisalignedOrNullRoutingThrows) {
   EXPECT_THROW(call({ids.get(), true, nullptr}), Error);
   EXPECT_THROW(call({reinterpret_cast<const char*>(ids.get()) + 4, true, weights.get()}), Error);
   EXPECT_NO_THROW(call({reinterpret_cast<const char*>(ids.get()) + 4, false, weights.get()}));
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+}
+
+// A layer its caller routes has no router: the layer form is refused, naming the form to call.
+TEST(GpuEngineFormArguments, ACallerRoutedLayerRefusesTheLayerForm) {
+  MXMOE_REQUIRE_GPU();
+  const auto& layer = test_layer(MoeShape{6, 2, 64, 96, 1, hash_spec()}, 3);
+  DeviceArray<Bf16> x(64 * 4), out(64 * 4);
+  DeviceArray<float> logits(6 * 4);
+  DeviceArray<unsigned char> workspace(layer.runner->workspace_size(4));
+  auto* x16 = reinterpret_cast<const __nv_bfloat16*>(x.get());
+  auto* out16 = reinterpret_cast<__nv_bfloat16*>(out.get());
+  for (const bool given_logits : {false, true}) {
+    try {
+      if (given_logits) {
+        layer.runner->forward(x16, logits.get(), out16, 4, workspace.get(), workspace.size(), nullptr);
+      } else {
+        layer.runner->forward(x16, out16, 4, workspace.get(), workspace.size(), nullptr);
+      }
+      ADD_FAILURE() << "the layer form ran on a caller-routed layer";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("forward_experts"), std::string::npos) << e.what();
+    }
+  }
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 }
 

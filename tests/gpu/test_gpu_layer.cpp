@@ -85,6 +85,15 @@ std::vector<LayerCase> layer_cases() {
   // E300); past 256 experts it rereads the rest.
   for (int t : {1, 9}) cases.push_back({"many_E300_k4_H64_I96", MoeShape{300, 4, 64, 96, 1}, t});
   for (int t : {1, 9}) cases.push_back({"mid_E48_k4_H64_I96", MoeShape{48, 4, 64, 96, 1}, t});
+  // DeepSeek-V4's spec (SwiGLU alpha 1, limit 10, no + 1; gate and up rows concatenated; no expert
+  // biases; sqrt-softplus routing with a selection bias, scaled): both real shapes (Pro's 13.4 GB
+  // layer at two counts: its reference is the slowest), and small ones over more counts and E.
+  for (int t : {1, 9, 64}) cases.push_back({"deepseek_v4_flash", model_shape("deepseek-v4-flash"), t});
+  for (int t : {1, 9}) cases.push_back({"deepseek_v4_pro", model_shape("deepseek-v4-pro"), t});
+  for (int t : {1, 7, 33, 300, 1024}) {
+    cases.push_back({"v4_E24_k6_H256_I192", MoeShape{24, 6, 256, 192, 1, deepseek_v4_spec(1.5f)}, t});
+  }
+  for (int t : {1, 9}) cases.push_back({"v4_E300_k6_H64_I96", MoeShape{300, 6, 64, 96, 1, deepseek_v4_spec(2.5f)}, t});
   return cases;
 }
 

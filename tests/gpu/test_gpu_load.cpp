@@ -31,8 +31,6 @@ namespace {
 
 using namespace test;  // NOLINT: the shared GPU test helpers
 
-const char* order_name(RowOrder order) { return order == RowOrder::kIdentity ? "identity" : "glu/lin split"; }
-
 // Where two byte vectors first differ, for a failure message (npos where they do not).
 size_t first_difference(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b) {
   if (a.size() != b.size()) return 0;
@@ -52,10 +50,10 @@ void expect_repack_matches(const RecordGeometry& g, RowOrder order, const std::v
   const std::vector<uint8_t> expected = pack_records(g, order, blocks, scales);
   const std::vector<uint8_t> got = d_records.to_host();
   const size_t at = first_difference(got, expected);
-  ASSERT_EQ(at, std::string::npos) << what << " (" << order_name(order) << "): record " << at / kernels::kRecordBytes
+  ASSERT_EQ(at, std::string::npos) << what << " (" << row_order_name(order) << "): record " << at / kernels::kRecordBytes
                                    << " byte " << at % kernels::kRecordBytes << ": " << int{got[at]} << ", expected "
                                    << int{expected[at]};
-  EXPECT_EQ(flag.to_host()[0] == 0, scales_take_one_multiply(scales)) << what << " (" << order_name(order) << ")";
+  EXPECT_EQ(flag.to_host()[0] == 0, scales_take_one_multiply(scales)) << what << " (" << row_order_name(order) << ")";
 }
 
 struct Matrix {
@@ -88,7 +86,7 @@ TEST(GpuLoadRepack, EveryCodeUnderEveryScaleMatchesPackRecords) {
       }
     }
   }
-  for (RowOrder order : {RowOrder::kIdentity, RowOrder::kGluLinSplit}) {
+  for (RowOrder order : kRowOrders) {
     expect_repack_matches(m.g, order, m.blocks, m.scales, "every code x every scale");
   }
 }
@@ -115,7 +113,7 @@ TEST(GpuLoadRepack, KNotAMultipleOf64MatchesPackRecordsWithItsPadding) {
       const Matrix m = random_matrix(g, ++seed, one_multiply);
       const std::string what = std::string("E") + std::to_string(g.experts) + " rows " + std::to_string(g.rows) +
                                " K " + std::to_string(g.k) + (one_multiply ? " in-range scales" : " all scales");
-      for (RowOrder order : {RowOrder::kIdentity, RowOrder::kGluLinSplit}) {
+      for (RowOrder order : kRowOrders) {
         expect_repack_matches(g, order, m.blocks, m.scales, what);
       }
     }
@@ -135,20 +133,20 @@ TEST(GpuLoadRepack, RowVectorsMatchPackRowVector) {
   std::vector<float> f32(bf16.size());
   SplitMix64 rng(10);
   for (auto& v : f32) v = static_cast<float>(rng.normal());
-  for (RowOrder order : {RowOrder::kIdentity, RowOrder::kGluLinSplit}) {
+  for (RowOrder order : kRowOrders) {
     const std::vector<float> expected =
         pack_row_vector(g, order, std::span(reinterpret_cast<const uint16_t*>(bf16.data()), bf16.size()));
     DeviceArray<Bf16> d_bf16(bf16);
     DeviceArray<float> d_f32(f32), out(bf16.size());
     launch_pack_row_vector(g, order, d_bf16.get(), Dtype::kBF16, out.get(), nullptr);
     MXMOE_CUDA_OK(cudaDeviceSynchronize());
-    EXPECT_EQ(out.to_host(), expected) << order_name(order);
+    EXPECT_EQ(out.to_host(), expected) << row_order_name(order);
     launch_pack_row_vector(g, order, d_f32.get(), Dtype::kF32, out.get(), nullptr);
     MXMOE_CUDA_OK(cudaDeviceSynchronize());
     const std::vector<float> got = out.to_host();
     for (int e = 0; e < g.experts; ++e) {
       for (int r = 0; r < g.rows; ++r) {
-        ASSERT_EQ(got[e * g.rows + r], f32[e * g.rows + g.checkpoint_row(r, order)]) << order_name(order);
+        ASSERT_EQ(got[e * g.rows + r], f32[e * g.rows + g.checkpoint_row(r, order)]) << row_order_name(order);
       }
     }
   }
@@ -277,17 +275,24 @@ class DeviceTensors {
   std::vector<std::shared_ptr<void>> arrays_;
 };
 
-// The layer's router and biases, in bf16, or in fp32 holding the same values.
+// The layer's router and biases that its spec has, in bf16, or in fp32 holding the same values (the
+// selection bias: fp32).
 void put_router_and_biases(DeviceTensors& d, DeviceLayerTensors& t, const MoeLayerWeights& w, Dtype dtype) {
   const int64_t e = w.shape.num_experts, h = w.shape.hidden, i = w.shape.intermediate;
   auto floats = [&](const std::vector<Bf16>& v, std::vector<int64_t> shape) {
+    if (v.empty()) return DeviceTensor{};
     return dtype == Dtype::kBF16 ? d.put(v, dtype, std::move(shape)) : d.put(to_float(v), dtype, std::move(shape));
   };
   t.router_weight = floats(w.router_weight, {e, h});
   t.router_bias = floats(w.router_bias, {e});
+  if (!w.router_selection_bias.empty()) t.router_selection_bias = d.put(w.router_selection_bias, Dtype::kF32, {e});
   t.fc1_bias = floats(w.fc1_bias, {e, 2 * i});
   t.fc2_bias = floats(w.fc2_bias, {e, h});
 }
+
+// A small layer of DeepSeek-V4's spec: gate and up rows concatenated, no expert biases, the
+// sqrt-softplus router with its selection bias.
+const MoeShape kSmallV4Shape{5, 3, 96, 160, 1, deepseek_v4_spec(1.5f)};
 
 DeviceLayerTensors mxfp4_on_device(DeviceTensors& d, const MoeLayerWeights& w) {
   const int64_t e = w.shape.num_experts, h = w.shape.hidden, i = w.shape.intermediate;
@@ -344,7 +349,8 @@ void expect_same_packed_layer(const PackedLayer& got, const PackedLayer& expecte
                         Piece{"fc2 records", got.fc2_records, expected.fc2_records, fc2},
                         Piece{"fc2 bias", got.fc2_bias, expected.fc2_bias, e * s.hidden * 4},
                         Piece{"router weight", got.router_weight, expected.router_weight, e * s.hidden * 2},
-                        Piece{"router bias", got.router_bias, expected.router_bias, e * 4}}) {
+                        Piece{"router bias", got.router_bias, expected.router_bias, e * 4},
+                        Piece{"selection bias", got.selection_bias, expected.selection_bias, e * 4}}) {
     const auto a = copy_back(static_cast<const uint8_t*>(p.got), p.bytes);
     const auto b = copy_back(static_cast<const uint8_t*>(p.expected), p.bytes);
     const size_t at = first_difference(a, b);
@@ -355,30 +361,33 @@ void expect_same_packed_layer(const PackedLayer& got, const PackedLayer& expecte
   EXPECT_EQ(got.buffer.bytes(), expected.buffer.bytes()) << what;
 }
 
-// The host load against the host repack it replaces (pack_records, pack_row_vector), piece by piece.
+// The host load against the host repack it replaces (pack_records, pack_row_vector), piece by piece;
+// a tensor the spec has not is zeros.
 TEST(GpuLoadLayer, HostWeightsLoadToWhatTheHostRepackWrites) {
   MXMOE_REQUIRE_GPU();
-  for (const MoeShape& s : {model_shape("gpt-oss-20b"), MoeShape{5, 3, 96, 160, 1}}) {
+  for (const MoeShape& s : {model_shape("gpt-oss-20b"), MoeShape{5, 3, 96, 160, 1}, kSmallV4Shape}) {
     const MoeLayerWeights w = make_synthetic_layer(s, 12);
     const PackedLayer layer = load_layer(w, {});
     const RecordGeometry fc1{s.num_experts, s.fc1_rows(), s.hidden}, fc2{s.num_experts, s.hidden, s.intermediate};
-    auto bits = [](const std::vector<Bf16>& v) {
-      return std::span(reinterpret_cast<const uint16_t*>(v.data()), v.size());
+    const RowOrder fc1_order = fc1_row_order(s.spec.gate_up == GateUpLayout::kConcatenated);
+    const size_t e = s.num_experts;
+    auto packed = [](const RecordGeometry& g, RowOrder order, const std::vector<Bf16>& v) {
+      if (v.empty()) return std::vector<float>(static_cast<size_t>(g.experts) * g.rows, 0.0f);
+      return pack_row_vector(g, order, std::span(reinterpret_cast<const uint16_t*>(v.data()), v.size()));
     };
-    EXPECT_EQ(copy_back(layer.fc1_records, fc1.bytes()),
-              pack_records(fc1, RowOrder::kGluLinSplit, w.fc1_blocks, w.fc1_scales))
+    EXPECT_EQ(copy_back(layer.fc1_records, fc1.bytes()), pack_records(fc1, fc1_order, w.fc1_blocks, w.fc1_scales))
         << s.describe();
     EXPECT_EQ(copy_back(layer.fc2_records, fc2.bytes()),
               pack_records(fc2, RowOrder::kIdentity, w.fc2_blocks, w.fc2_scales))
         << s.describe();
-    EXPECT_EQ(copy_back(layer.fc1_bias, w.fc1_bias.size()),
-              pack_row_vector(fc1, RowOrder::kGluLinSplit, bits(w.fc1_bias)));
-    EXPECT_EQ(copy_back(layer.fc2_bias, w.fc2_bias.size()),
-              pack_row_vector(fc2, RowOrder::kIdentity, bits(w.fc2_bias)));
+    EXPECT_EQ(copy_back(layer.fc1_bias, e * s.fc1_rows()), packed(fc1, fc1_order, w.fc1_bias)) << s.describe();
+    EXPECT_EQ(copy_back(layer.fc2_bias, e * s.hidden), packed(fc2, RowOrder::kIdentity, w.fc2_bias)) << s.describe();
     const auto router_weight = copy_back(reinterpret_cast<const Bf16*>(layer.router_weight), w.router_weight.size());
     EXPECT_TRUE(std::equal(router_weight.begin(), router_weight.end(), w.router_weight.begin(),
                            [](Bf16 a, Bf16 b) { return a.bits == b.bits; }));
-    EXPECT_EQ(copy_back(layer.router_bias, w.router_bias.size()), to_float(w.router_bias));
+    EXPECT_EQ(copy_back(layer.router_bias, e), packed({1, s.num_experts, 0}, RowOrder::kIdentity, w.router_bias));
+    EXPECT_EQ(copy_back(layer.selection_bias, e),
+              w.router_selection_bias.empty() ? std::vector<float>(e, 0.0f) : w.router_selection_bias);
     EXPECT_EQ(layer.fc1_scales_one_multiply, scales_take_one_multiply(w.fc1_scales));
     EXPECT_EQ(layer.fc2_scales_one_multiply, scales_take_one_multiply(w.fc2_scales));
     EXPECT_EQ(layer.local_experts, nullptr);
@@ -406,7 +415,7 @@ void expect_same_forward(const MoeRunner& got, const MoeRunner& expected, const 
 
 TEST(GpuLoadLayer, Mxfp4DeviceTensorsLoadAsTheHostWeights) {
   MXMOE_REQUIRE_GPU();
-  for (const MoeShape& s : {model_shape("gpt-oss-20b"), MoeShape{5, 3, 96, 160, 1}}) {
+  for (const MoeShape& s : {model_shape("gpt-oss-20b"), MoeShape{5, 3, 96, 160, 1}, kSmallV4Shape}) {
     const MoeLayerWeights w = make_synthetic_layer(s, 13);
     DeviceTensors d;
     const DeviceLayerTensors t = mxfp4_on_device(d, w);

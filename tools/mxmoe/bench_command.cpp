@@ -30,7 +30,7 @@ namespace mxmoe::cli {
 namespace {
 
 constexpr OptionSpec kOptions[] = {
-    {"model", "NAME", "a model preset, or all that the GPU computes (default all)"},
+    {"model", "NAME", "a model preset, or all of them (default all)"},
     {"tokens", "LIST", "token counts, comma-separated (default 1,2,4,5,8,9,16,32,64,128,256,512,1024,4096)"},
     {"layers", "N", "distinct layers rotated per graph replay (default 8, at least 8)"},
     {"replays", "N", "timed graph replays (default 30, at least 20)"},
@@ -60,6 +60,7 @@ constexpr double kMaxRelativeError = 1e-2;
 
 struct Row {
   std::string model;
+  int layers = 0;  // in the rotation
   int tokens = 0;
   double us_median = 0, us_min = 0, us_max = 0;
   double bytes = 0, touched_experts = 0;
@@ -95,6 +96,7 @@ Row bench_tokens(const std::string& model, LayerRotation& rotation, int tokens, 
   const LayerRotation::Timing timing = rotation.time(timed, replays);
   Row row;
   row.model = model;
+  row.layers = rotation.num_layers();
   row.tokens = tokens;
   row.us_median = timing.median_us;
   row.us_min = timing.min_us;
@@ -226,7 +228,7 @@ void write_json(const std::string& path, const std::vector<Row>& rows, const Cei
                       {"matmul_n", c.matmul_n}, {"read_clocks", clock_json(c.read_clocks)},
                       {"bf16_clocks", clock_json(c.bf16_clocks)}};
   for (const auto& r : rows) {
-    json["rows"].push_back({{"model", r.model},          {"tokens", r.tokens},
+    json["rows"].push_back({{"model", r.model},          {"layers", r.layers},         {"tokens", r.tokens},
                             {"us_per_layer", r.us_median}, {"us_min", r.us_min},
                             {"us_max", r.us_max},          {"bytes", r.bytes},
                             {"touched_experts", r.touched_experts}, {"gbs", r.gbs},
@@ -253,9 +255,7 @@ int bench_command(std::span<const std::string> args) {
   const std::string model_arg = parsed->get("model", "all");
   std::vector<std::string> models;
   if (model_arg == "all") {
-    for (const auto& p : model_presets()) {
-      if (runner_computes(p.shape.spec)) models.emplace_back(p.name);
-    }
+    for (const auto& p : model_presets()) models.emplace_back(p.name);
   } else {
     try {
       model_shape(model_arg);
@@ -300,6 +300,10 @@ int bench_command(std::span<const std::string> args) {
     std::printf("%s: building %d layers of distinct synthetic weights...\n", model.c_str(), num_layers);
     std::fflush(stdout);
     LayerRotation rotation(model_shape(model), num_layers, options);
+    if (rotation.num_layers() < num_layers) {
+      std::printf("  %d layers of %.1f GB fit the device's memory: the rotation holds those\n", rotation.num_layers(),
+                  static_cast<double>(rotation.runner().device_bytes()) / 1e9);
+    }
     tuned = tuned || rotation.runner().tuned();
     for (int64_t tokens : token_counts) {
       rows.push_back(bench_tokens(model, rotation, static_cast<int>(tokens), replays, skewed, parsed->flag("compare"),

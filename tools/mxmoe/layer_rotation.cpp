@@ -20,6 +20,13 @@ LayerRotation::LayerRotation(const MoeShape& shape, int num_layers, const Runner
     MoeLayerWeights w = make_synthetic_layer(shape, layer_seed(1234, l));
     layers_.push_back(std::make_unique<Layer>(Layer{MoeRunner(w, options), {}, {}, {}, {}, {}}));
     if (l == 0) first_weights_ = std::move(w);
+    // A layer larger than an eighth of the device (DeepSeek-V4-Pro's 13.4 GB on an 80 GB GPU): stop
+    // at the layers that leave a quarter of it for the workspace and the ceilings. Two such layers
+    // still keep L2 (tens of MB) from holding what a replay reads.
+    size_t free_bytes = 0, total_bytes = 0;
+    cuda_check(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
+    const size_t layer_bytes = layers_.front()->runner.device_bytes();
+    if (l >= 1 && free_bytes < total_bytes / 4 + layer_bytes) break;
   }
   cuda_check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
 }

@@ -19,6 +19,8 @@ namespace mxmoe::cli {
 class LayerRotation {
  public:
   // `options`: the runners' (their activations decide the plans the rotation runs when given none).
+  // Builds `num_layers` layers, or as many (at least 2) as leave a quarter of the device's memory
+  // free: num_layers() says how many.
   LayerRotation(const MoeShape& shape, int num_layers, const RunnerOptions& options = {});
   ~LayerRotation();
 
