@@ -50,7 +50,7 @@ namespace mxmoe::kernels {
 // quantiser's shuffles need whole warps). The CTA's blocks start at block `first_block`; those
 // past the layer's I are the padding of its last slice, stored as zeros.
 template <int kTileRows, int kTileTokens, int kThreads>
-__device__ __forceinline__ void store_fc1_mxfp8(const ExpertGemmArgs& args, const float* swiglu, int first_row,
+__device__ __forceinline__ void store_fc1_mxfp8(const ExpertGemmArgs& args, const float* gated, int first_row,
                                                 int tokens) {
   constexpr int kBlocks = kTileRows / 64, kItems = kTileTokens * kBlocks;
   const int columns = args.rows / 2, out_k_tiles = (columns + 63) / 64;
@@ -60,7 +60,7 @@ __device__ __forceinline__ void store_fc1_mxfp8(const ExpertGemmArgs& args, cons
     const int item = base + lane / 4, token = item / kBlocks, block = first_block + item % kBlocks;
     float values[8] = {};
     if (item < kItems && 32 * block < columns) {
-      const float* from = swiglu + token * block_scaled_epilogue_stride(kTileRows) + 32 * (item % kBlocks) + 8 * (lane % 4);
+      const float* from = gated + token * block_scaled_epilogue_stride(kTileRows) + 32 * (item % kBlocks) + 8 * (lane % 4);
       const float4 low = *reinterpret_cast<const float4*>(from), high = *reinterpret_cast<const float4*>(from + 4);
       values[0] = low.x, values[1] = low.y, values[2] = low.z, values[3] = low.w;
       values[4] = high.x, values[5] = high.y, values[6] = high.z, values[7] = high.w;
@@ -156,7 +156,7 @@ __global__ void __launch_bounds__(kWarpsRows * kWarpsTokens * 32)
 
   if constexpr (kFc1) {
     __syncthreads();  // every warp is done with the stages the outputs overwrite
-    auto* swiglu = reinterpret_cast<float*>(smem);
+    auto* gated = reinterpret_cast<float*>(smem);
     const int g = lane / 4, q = lane % 4;
 #pragma unroll
     for (int r = 0; r < kWarpRecords; ++r) {
@@ -170,13 +170,13 @@ __global__ void __launch_bounds__(kWarpsRows * kWarpsTokens * 32)
         const int token = (warp_token * kWarpTiles + t) * 8 + 2 * q;
 #pragma unroll
         for (int i = 0; i < 2; ++i) {
-          swiglu[(token + i) * block_scaled_epilogue_stride(kTileRows) + 8 * tile_record + g] =
+          gated[(token + i) * block_scaled_epilogue_stride(kTileRows) + 8 * tile_record + g] =
               swiglu(args.swiglu, acc[r][t][i] + bias_glu, acc[r][t][2 + i] + bias_lin);
         }
       }
     }
     __syncthreads();
-    store_fc1_mxfp8<kTileRows, kTileTokens, kThreads>(args, swiglu, first_row, tokens);
+    store_fc1_mxfp8<kTileRows, kTileTokens, kThreads>(args, gated, first_row, tokens);
   } else {
     store_warp_tiles(args, acc, expert, first_row_tile + warp_row * kWarpRecords, row_tiles, first_row,
                      warp_token * kWarpTiles * 8, tokens, split, false);

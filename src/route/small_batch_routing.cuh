@@ -22,15 +22,17 @@ __device__ __forceinline__ unsigned logit_rank(float v) {
 }
 
 // torch.nn.functional.softplus (beta 1, threshold 20), then the square root: ref/router.cpp's.
-__device__ __forceinline__ float sqrt_softplus(float logit) { return sqrtf(logit > 20.0f ? logit : log1pf(expf(logit))); }
+__device__ __forceinline__ float sqrt_softplus(float logit) {
+  return sqrtf(logit > 20.0f ? logit : log1pf(expf(logit)));
+}
 
 // What expert e's logit ranks by under `router`.
 __device__ __forceinline__ float rank_key(const RouterMath& router, float logit, int e) {
   return router.sqrt_softplus ? sqrt_softplus(logit) + router.selection_bias[e] : logit;
 }
 
-// Top-k over one token's logits and the weights of the k selected (RouterMath), by one warp. Round s takes
-// the best entry ranked after round s-1's pick, so nothing needs marking: each lane its own best,
+// Top-k over one token's logits and the weights of the k selected (RouterMath), by one warp. Round
+// s takes the best entry ranked after round s-1's pick, so nothing needs marking: each lane its own best,
 // then the warp's by two reductions (the highest rank, then the lowest expert holding it). Lane s
 // keeps slot s. Writes experts[token k + s] and weights[token k + s] (workspace or shared).
 // Budget: reads E 4 bytes once (all loads in flight together); k rounds of E / 32 compares and
@@ -44,7 +46,10 @@ __device__ __forceinline__ void select_token_experts_held(const float* logits, i
   const float* row = logits + static_cast<long long>(token) * num_experts;
   float held[kHeld];  // rank keys
 #pragma unroll
-  for (int i = 0; i < kHeld; ++i) held[i] = lane + 32 * i < num_experts ? rank_key(router, row[lane + 32 * i], lane + 32 * i) : 0.0f;
+  for (int i = 0; i < kHeld; ++i) {
+    const int e = lane + 32 * i;
+    held[i] = e < num_experts ? rank_key(router, row[e], e) : 0.0f;
+  }
   unsigned previous_rank = 0xFFFFFFFFu;
   int previous_expert = -1;
   int my_expert = -1;
