@@ -171,13 +171,21 @@ inline std::vector<std::pair<std::string, std::optional<LayerPlan>>> plans_to_te
   std::vector<std::pair<std::string, std::optional<LayerPlan>>> plans;
   if (activations == ActivationFormat::kBf16) plans.emplace_back("heuristic", std::nullopt);
   const int fc2_k_tiles = (shape.intermediate + 63) / 64;
-  for (const Tactic& t : valid_tactics(current_device_arch().arch->name)) {
-    if (activations_of(t) != activations) continue;
+  const Arch& arch = *current_device_arch().arch;
+  const StageShape fc1{shape, Stage::kFc1}, fc2{shape, Stage::kFc2};
+  for (const Tactic& t : valid_tactics(arch.name)) {
+    // A tactic that cannot take the shape (a GEMV-style ring past the shared memory at K = 7168)
+    // is refused by the runner before any launch: tests of that are the tactic table's.
+    if (activations_of(t) != activations || !t.family->why_invalid(t, arch, &fc1).empty() ||
+        !t.family->why_invalid(t, arch, &fc2).empty()) {
+      continue;
+    }
     plans.emplace_back(t.name(), LayerPlan{t, t, activations});
     // no K split: a whole-layer launch's FC1 and FC2 items share it; a stream-K GEMV splits K itself
     if (LayerPlan{t, t, activations}.whole_layer() || t.family == &gemv_streamk_family()) continue;
     Tactic split = t;
     split.k_split = std::min(t.family == &gemv_family() ? kMaxKSplit : 2, fc2_k_tiles);
+    if (!split.family->why_invalid(split, arch, &fc2).empty()) continue;
     plans.emplace_back(t.name() + "+fc2." + split.name(), LayerPlan{t, split, activations});
   }
   return plans;

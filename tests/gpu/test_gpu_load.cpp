@@ -50,7 +50,8 @@ void expect_repack_matches(const RecordGeometry& g, RowOrder order, const std::v
   const std::vector<uint8_t> expected = pack_records(g, order, blocks, scales);
   const std::vector<uint8_t> got = d_records.to_host();
   const size_t at = first_difference(got, expected);
-  ASSERT_EQ(at, std::string::npos) << what << " (" << row_order_name(order) << "): record " << at / kernels::kRecordBytes
+  ASSERT_EQ(at, std::string::npos) << what << " (" << row_order_name(order) << "): record "
+                                   << at / kernels::kRecordBytes
                                    << " byte " << at % kernels::kRecordBytes << ": " << int{got[at]} << ", expected "
                                    << int{expected[at]};
   EXPECT_EQ(flag.to_host()[0] == 0, scales_take_one_multiply(scales)) << what << " (" << row_order_name(order) << ")";
