@@ -5,6 +5,7 @@ GptOssModel) and DeepSeek-V4 (DeepseekV4ForCausalLM, DeepseekV4Model).
     model = GptOssForCausalLM.from_pretrained(path, dtype=torch.bfloat16, device_map="cuda")
     mxt.use_mxmoe(model)          # gpt-oss: each decoder layer's `mlp` becomes an MxmoeMLP
     model.generate(...)
+    mxt.use_mxmoe(deepseek_v4)    # DeepSeek-V4: each MoE block's `experts` becomes an MxmoeExperts
 
 What is replaced, by the model's type (config.model_type; _FAMILIES):
   gpt_oss      the MoE block (`mlp`, a GptOssMLP) becomes an MxmoeMLP, which keeps the block's router
@@ -22,8 +23,8 @@ torch ops on their own device (_quantize_mxfp4, by the same OCP rules). MXFP4 ex
 transformers are taken as they are: gpt-oss's (Mxfp4GptOssExperts) un-swizzled as transformers itself
 saves them, DeepSeek-V4's (FP8Experts with expert_dtype "fp4": int8 E2M1 pairs and E8M0 or
 power-of-two float32 scales) as they are. A model on a CUDA device is converted there, layer by layer
-(mxmoe.torch.MoeLayer.from_tensors); a model on the CPU is converted on the host (weights_of) and
-uploaded. With `checkpoint`, the experts come from the model's checkpoint instead. The layers' weights
+(mxmoe.torch.MoeLayer.from_tensors, which builds a DeepSeek-V4 layer's MXFP4 on the host and
+uploads it); a model on the CPU is converted on the host (weights_of) and uploaded. With `checkpoint`, the experts come from the model's checkpoint instead. The layers' weights
 come from PyTorch's allocator, to which each layer's old experts go back as it is converted.
 
 Routing of gpt-oss: "transformers" (the default) keeps the model's own router module (bf16 logits,
