@@ -58,10 +58,11 @@ class MoeLayer(torch.nn.Module):
                     lambda memory: _mxmoe.Runner(weights._core, device.index, memory.allocate, memory.release))
 
     @classmethod
-    def from_tensors(cls, tensors: Mapping[str, Any], *, top_k: int = 4, max_tokens: int | None = None) -> MoeLayer:
-        """One layer from its tensors on a CUDA device, by the names mxmoe.weights_from_tensors takes
-        (Hugging Face or openai MXFP4 blocks and scales, or transformers' dense experts
-        gate_up_proj [E, H, 2I] and down_proj [E, I, H]), built on their device with no copy through
+    def from_tensors(cls, tensors: Mapping[str, Any], *, top_k: int | None = None,
+                     routed_scaling: float | None = None, max_tokens: int | None = None) -> MoeLayer:
+        """One layer from its tensors on a CUDA device, by the names mxmoe.weights_from_tensors takes.
+        gpt-oss's (Hugging Face or openai MXFP4 blocks and scales, or transformers' dense experts
+        gate_up_proj [E, H, 2I] and down_proj [E, I, H]) are built on their device with no copy through
         the host: MXFP4 experts are repacked there, dense ones (bf16 or float32; float16 is widened to
         float32) quantised to MXFP4 there from their own values, bit for bit as weights_from_tensors
         quantises the same values on the host where they are bf16 values (it rounds others to bf16
@@ -69,11 +70,21 @@ class MoeLayer(torch.nn.Module):
         the router weight in bf16 (rounded to nearest even) and the biases in float32 (exactly, where
         weights_from_tensors rounds them to bf16). A tensor that is not contiguous, or not 16-byte
         aligned, is copied. The load runs on PyTorch's current stream and has finished when this
-        returns, so the tensors may be freed or changed after."""
-        mxmoe._check_int("top_k", top_k)
+        returns, so the tensors may be freed or changed after.
+        DeepSeek-V4's MXFP4 tensors (either naming) are read to the host, checked and built there by
+        weights_from_tensors (with `routed_scaling`, config.routed_scaling_factor, which its
+        score-routed layers need), and uploaded to their device: the device-side load takes gpt-oss
+        layers only.
+        top_k: the experts per token (default the model's: 4 for gpt-oss, 6 for DeepSeek-V4)."""
+        if top_k is not None:
+            mxmoe._check_int("top_k", top_k)
         if not isinstance(tensors, Mapping):
             raise TypeError(f"tensors: expected a mapping of names to CUDA tensors, got {type(tensors).__name__}")
-        shape, device, members = _device_tensors(tensors, top_k)
+        if mxmoe._is_deepseek_v4(tensors):
+            return cls._from_deepseek_v4_tensors(tensors, top_k, routed_scaling, max_tokens)
+        if routed_scaling is not None:
+            raise ValueError("routed_scaling: gpt-oss layers have none (it is DeepSeek-V4's routed_scaling_factor)")
+        shape, device, members = _device_tensors(tensors, 4 if top_k is None else top_k)
         layer = cls.__new__(cls)
         torch.nn.Module.__init__(layer)
         stream = torch.cuda.current_stream(device).cuda_stream
@@ -82,6 +93,25 @@ class MoeLayer(torch.nn.Module):
                      lambda memory: _mxmoe.Runner(tuple(shape), described, stream, device.index, memory.allocate,
                                                   memory.release))
         return layer
+
+    @classmethod
+    def _from_deepseek_v4_tensors(cls, tensors: Mapping[str, Any], top_k, routed_scaling, max_tokens) -> MoeLayer:
+        """A DeepSeek-V4 layer from its CUDA tensors, through the host (from_tensors)."""
+        device = None
+        host = {}
+        for name, t in tensors.items():
+            if not isinstance(t, torch.Tensor) or t.device.type != "cuda":
+                got = t.device if isinstance(t, torch.Tensor) else type(t).__name__
+                raise ValueError(f"{name}: expected a CUDA tensor, got {got} (mxmoe.weights_from_tensors takes host arrays)")
+            if device is not None and t.device != device:
+                raise ValueError(f"{name}: expected a tensor on {device} (where the others are), got one on {t.device}")
+            device = t.device
+            t = t.detach()
+            if t.dtype in _BYTE_DTYPES:  # E2M1 pairs and E8M0 scales as their bytes
+                t = t.view(torch.uint8)
+            host[name] = t.contiguous().cpu()
+        weights = mxmoe.weights_from_tensors(host, top_k=top_k, routed_scaling=routed_scaling)
+        return cls(weights, device=device, max_tokens=max_tokens)
 
     def _build(self, device: torch.device, shape: mxmoe.Shape, routed_experts: int, max_tokens, make_runner) -> None:
         if max_tokens is not None:
@@ -214,6 +244,9 @@ class _TorchMemory:
             torch.cuda.synchronize(self.device)
 
 
+# One-byte dtypes of MXFP4 codes and E8M0 scales that NumPy has not (their bytes go to the host).
+_BYTE_DTYPES = tuple(d for d in (getattr(torch, "float8_e8m0fnu", None), getattr(torch, "float4_e2m1fn_x2", None))
+                     if d is not None)
 # The extension's names of a device tensor's dtypes, and where each tensor of from_tensors goes.
 _DEVICE_DTYPES = {torch.uint8: "U8", torch.bfloat16: "BF16", torch.float32: "F32"}
 _DENSE_MEMBERS = {"router_weight": "router_weight", "router_bias": "router_bias", "gate_up": "gate_up",

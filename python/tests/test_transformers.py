@@ -250,5 +250,5 @@ def test_use_mxmoe_converts_on_the_gpu_as_on_the_host(dtype):
 
 
 def test_use_mxmoe_rejects_other_models():
-    with pytest.raises(TypeError, match="model: expected a transformers gpt-oss model"):
+    with pytest.raises(TypeError, match=r"model: expected a transformers model of type gpt-oss \('gpt_oss'\)"):
         mxt.use_mxmoe(torch.nn.Linear(2, 2))
