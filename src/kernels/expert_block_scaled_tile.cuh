@@ -171,7 +171,7 @@ __global__ void __launch_bounds__(kWarpsRows * kWarpsTokens * 32)
 #pragma unroll
         for (int i = 0; i < 2; ++i) {
           gated[(token + i) * block_scaled_epilogue_stride(kTileRows) + 8 * tile_record + g] =
-              swiglu(args.swiglu, acc[r][t][i] + bias_glu, acc[r][t][2 + i] + bias_lin);
+              swiglu(args.epilogue.swiglu, acc[r][t][i] + bias_glu, acc[r][t][2 + i] + bias_lin);
         }
       }
     }

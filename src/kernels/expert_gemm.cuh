@@ -74,7 +74,7 @@ __device__ __forceinline__ RowBias row_bias(const ExpertGemmArgs& args, int expe
 // acc[4 t]) with their rows' `row_bias`: `row_tile` is the record's row tile, `first_row` the
 // sorted row of group 0's token 0, `tokens` how many of the groups' tokens exist (the groups past
 // them are skipped). FC2 adds the bias in split 0 only, and writes bf16 where it runs in one split
-// (ExpertGemmArgs::output_bf16). `fc1`, here and below, is a constant in the per-stage kernels and
+// (Fc2Output::output_bf16). `fc1`, here and below, is a constant in the per-stage kernels and
 // a run-time value in the fused layer, which so keeps one copy of the weight loop. A lane's outputs
 // are addressed from one pointer by offsets of whole token rows, so a store costs an offset and a
 // predicate rather than a 64-bit product and a branch.
@@ -95,16 +95,16 @@ __device__ __forceinline__ void store_accumulator_groups(const ExpertGemmArgs& a
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
         const unsigned short a =
-            float_to_bf16_bits(swiglu(args.swiglu, acc[4 * t + i] + bias[0], acc[4 * t + 2 + i] + bias[1]));
+            float_to_bf16_bits(swiglu(args.epilogue.swiglu, acc[4 * t + i] + bias[0], acc[4 * t + 2 + i] + bias[1]));
         if (8 * t + token + i < tokens) out[(8 * t + i) * columns] = a;
       }
     }
   } else {
     // FC2: fp32 partials of its K split (the bias in split 0 only), or bf16 rows where it runs
-    // in one split (args.output_bf16).
-    const bool to_bf16 = args.output_bf16;
+    // in one split (Fc2Output::output_bf16).
+    const bool to_bf16 = args.epilogue.fc2.output_bf16;
     const float bias_low = split == 0 ? bias[0] : 0.0f, bias_high = split == 0 ? bias[1] : 0.0f;
-    const long long first = (to_bf16 ? 0 : split * args.split_stride) +
+    const long long first = (to_bf16 ? 0 : split * args.epilogue.fc2.split_stride) +
                             static_cast<long long>(first_row + token) * args.rows + 16 * row_tile + g;
     float* out = static_cast<float*>(args.output) + first;
     unsigned short* out_bf16 = static_cast<unsigned short*>(args.output) + first;

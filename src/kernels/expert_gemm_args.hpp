@@ -16,6 +16,23 @@ struct SwigluArgs {
   float up_offset;
 };
 
+// How FC2 writes its outputs.
+struct Fc2Output {
+  long long split_stride;  // elements between k-split partials
+  // FC2 in one K split, as a per-stage launch: its outputs are final, so it writes them as bf16
+  // [pairs, rows], half the bytes the un-permute reads back. 0: fp32 (K-split partials, or the
+  // fused layer, which sums its own fp32 rows).
+  int output_bf16;
+};
+
+// What one stage's epilogue alone reads. A union, so that a stage's arguments are no larger than
+// before the SwiGLU's constants were arguments: the fused layer copies them to shared memory, and
+// one more word there makes ptxas spill its sm_120a FC1 loop.
+union StageEpilogue {
+  SwigluArgs swiglu;  // FC1
+  Fc2Output fc2;      // FC2
+};
+
 struct ExpertGemmArgs {
   const unsigned char* records;  // [E][rows / 16][k_tiles] records
   const float* bias;             // [E][rows], packed row order
@@ -28,18 +45,13 @@ struct ExpertGemmArgs {
   int rows;     // FC1: 2 I; FC2: H
   int k;        // FC1: H; FC2: I (a multiple of 32)
   int k_tiles;  // ceil(k / 64)
-  SwigluArgs swiglu;  // FC1's epilogue (FC2: unused)
+  int staged_rows;  // GEMV-style families: token rows staged per pass, min(kTokens, the batch's tokens)
   int num_experts;
   const int* expert_offsets;  // [E + 1]
   const int* active_experts;  // [E + 1]
   const int* tile_offsets;    // [E + 1] for the kernel's token-tile size (tiled and stream-K families)
-  void* output;               // FC1: bf16 [pairs, rows / 2]; FC2: fp32 [k_split][pairs, rows], or bf16 below
-  long long split_stride;     // FC2: elements between k-split partials
-  // FC2 in one K split, as a per-stage launch: its outputs are final, so it writes them as bf16
-  // [pairs, rows], half the bytes the un-permute reads back. 0: fp32 (K-split partials, or the
-  // fused layer, which sums its own fp32 rows).
-  int output_bf16;
-  int staged_rows;            // GEMV-style families: token rows staged per pass, min(kTokens, the batch's tokens)
+  void* output;               // FC1: bf16 [pairs, rows / 2]; FC2: fp32 [k_split][pairs, rows], or bf16
+  StageEpilogue epilogue;
   // A GEMV plan's batch of at most kSmallBatchPairs pairs routes itself, with no routing kernel:
   // every CTA computes its part of the routing from these logits [T, E] in shared memory
   // (expert_gemm.cuh; the un-permute does the same), and FC2's CTA (0, 0, 0) writes the whole of

@@ -60,7 +60,7 @@ __device__ __forceinline__ void wait_for_count(const int* counter, int target) {
 
 // out[t][row] = sum over slots s of w(t, s) * y[row(t, s)][row] for rows [row_begin, row_end) of
 // every token, slots in order, as unpermute_kernel sums fp32 rows (the fused layer's FC2 writes
-// fp32: its args.fc2.output_bf16 is 0); a slot that goes to no expert adds nothing.
+// fp32: its args.fc2.epilogue.fc2.output_bf16 is 0); a slot that goes to no expert adds nothing.
 __device__ __forceinline__ void unpermute_rows(const LayerArgs& a, int row_begin, int row_end) {
   const auto* y = static_cast<const float*>(a.fc2.output);
   auto* out = static_cast<unsigned short*>(a.out);

@@ -1,7 +1,7 @@
 // The weighted un-permute: out[t] = sum over slots s of w(t, s) * (sum over k-splits of y[split][row(t, s)]),
 // slots in order and splits in order, so the result is bit-identical run after run; slots that go to
 // no expert (row -1) add nothing. y is FC2's fp32 partials, or its bf16 rows where it ran in one K
-// split (`bf16_rows`; ExpertGemmArgs::output_bf16).
+// split (`bf16_rows`; Fc2Output::output_bf16).
 #pragma once
 
 #include <cuda_bf16.h>
