@@ -256,9 +256,6 @@ _DENSE_MEMBERS = {"router_weight": "router_weight", "router_bias": "router_bias"
 def _device_tensors(tensors: Mapping[str, Any], top_k: int):
     """(shape, device, {DeviceLayerTensors member: tensor}) of one layer's CUDA tensors, each checked
     against the layer's shape, float16 widened to float32 and made contiguous."""
-    if mxmoe._is_deepseek_v4(tensors):
-        raise ValueError("tensors: a DeepSeek-V4 layer's, which the GPU kernels do not compute yet "
-                         "(mxmoe.weights_from_tensors and mxmoe.CpuLayer compute it on the CPU)")
     for names in (mxmoe._HF_NAMES, mxmoe._OPENAI_NAMES):
         if mxmoe._find(tensors, names["fc1_blocks"], required=False) is not None:
             break

@@ -135,8 +135,8 @@ TEST(Cli, RunFromCheckpointsOfBothSchemesMatchesTheEmbeddedWeights) {
   }
 }
 
-// A DeepSeek-V4 layer at a small shape (the preset's spec, small sizes), on the CPU: the GPU kernels
-// do not compute its spec yet.
+// A DeepSeek-V4 layer at a small shape (the preset's spec, small sizes), on the CPU in every build
+// (the GPU's V4 layers are tests/gpu's).
 TEST(Cli, RunFromDeepseekV4CheckpointsOfBothNamingsMatchesTheEmbeddedWeights) {
   const std::string small_v4 = "--model deepseek-v4-flash --experts 8 --top-k 3 --hidden 64 --intermediate 96";
   const fs::path dir = test::scratch_dir();
