@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 
 import numpy as np
 import pytest
@@ -45,8 +46,10 @@ needs_cuda = pytest.mark.skipif(not CUDA, reason="no CUDA device visible: the GP
 # MoeLayer's constructor (the extension's Runner) on its first case, a hash-routed V4-Flash block
 # held in float32 through MoeLayer.from_tensors; the C++ GPU suite's DeepSeek-V4 layers (both shapes,
 # a hash-routed engine-form layer) pass. Until the crash is found the GPU cases are skipped, loudly.
-gpu_crash_unresolved = pytest.mark.skip(reason="SIGSEGV in MoeLayer's constructor on the first GPU run (issue 45): "
-                                               "not yet found")
+gpu_crash_unresolved = pytest.mark.skipif(
+    os.environ.get("MXMOE_RUN_CRASHING") != "1",
+    reason="SIGSEGV in MoeLayer's constructor on the first GPU run (issue 45), not yet found: MXMOE_RUN_CRASHING=1 "
+           "runs these")
 
 # mxmoe's reference against transformers' float32 experts on the same MXFP4 weights and bf16 inputs:
 # both compute in float32 from the same values, so they differ by float32 summation order (~1e-6)
