@@ -113,6 +113,41 @@ TEST(DeviceLayerTensors, ErrorsNameTheTensorAndWhatWasExpected) {
   EXPECT_NE(error_of(t).find("hidden must be a positive multiple of 32"), std::string::npos);
 }
 
+// DeepSeek-V4's spec: no expert biases and no logit bias; a selection bias, except on a layer its
+// caller routes, which has no router at all. What the spec has is required, what it has not refused.
+TEST(DeviceLayerTensors, TheSpecSaysWhichTensorsAreThere) {
+  MoeShape v4 = kShape;
+  v4.spec = deepseek_v4_spec(1.5f);
+  DeviceLayerTensors t = mxfp4_tensors(v4);
+  t.router_bias = t.fc1_bias = t.fc2_bias = {};
+  t.router_selection_bias = {address(), Dtype::kF32, {8}};
+  EXPECT_EQ(error_of(t), "");
+
+  DeviceLayerTensors missing = t;
+  missing.router_selection_bias = {};
+  EXPECT_NE(error_of(missing).find("router_selection_bias: null device address"), std::string::npos)
+      << error_of(missing);
+  for (DeviceTensor DeviceLayerTensors::*extra :
+       {&DeviceLayerTensors::router_bias, &DeviceLayerTensors::fc1_bias, &DeviceLayerTensors::fc2_bias}) {
+    DeviceLayerTensors given = t;
+    given.*extra = mxfp4_tensors(kShape).*extra;
+    EXPECT_NE(error_of(given).find("given, but the layer's spec"), std::string::npos) << error_of(given);
+  }
+
+  DeviceLayerTensors hash = t;
+  hash.shape.spec.router = RouterKind::kCallerTopK;
+  hash.shape.spec.routed_scaling = 1.0f;
+  EXPECT_NE(error_of(hash).find("router_weight: given, but"), std::string::npos) << error_of(hash);
+  hash.router_weight = {};
+  EXPECT_NE(error_of(hash).find("router_selection_bias: given, but"), std::string::npos) << error_of(hash);
+  hash.router_selection_bias = {};
+  EXPECT_EQ(error_of(hash), "");
+
+  DeviceLayerTensors gpt_oss = mxfp4_tensors(kShape);  // gpt-oss's spec has no selection bias
+  gpt_oss.router_selection_bias = {address(), Dtype::kF32, {8}};
+  EXPECT_NE(error_of(gpt_oss).find("router_selection_bias: given, but"), std::string::npos) << error_of(gpt_oss);
+}
+
 struct Counting {
   std::vector<size_t> allocated, released;
   bool refuse = false;
