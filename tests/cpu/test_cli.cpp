@@ -73,7 +73,8 @@ TEST(Cli, UsageErrorsExitTwoWithOneLine) {
        {"frobnicate", "run --tokens 0", "run --tokens abc", "run --device tpu", "run --bogus", "run --tokens",
         "run --model gpt-oss-7b", "run --hidden 100", "make-checkpoint --layers 2",
         "make-checkpoint --out /tmp/x --scheme gguf", "bench --layers 4", "bench --replays 5", "bench --tokens 1,x",
-        "bench --model gpt-oss-7b", "bench --plan gemv.r64", "bench --plan gemv.r64x8.w4x2.u2.k1,tiled.r128",
+        "bench --model gpt-oss-7b", "bench --model gpt-oss-20b,", "tune --model deepseek-v4-pro,nope",
+        "bench --plan gemv.r64", "bench --plan gemv.r64x8.w4x2.u2.k1,tiled.r128",
         "run --activations fp16", "run --self-check", "run --activations mxfp8 --self-check --device cpu",
         "bench --activations fp8", "tune --activations fp8", "cache prewarm --family nope",
         "cache prewarm --arch sm_100a --family wgmma", "cache bench --arch sm_120a --family wgmma --default-set"}) {

@@ -30,7 +30,7 @@ namespace mxmoe::cli {
 namespace {
 
 constexpr OptionSpec kOptions[] = {
-    {"model", "NAME", "a model preset, or all of them (default all)"},
+    {"model", "NAMES", "model presets, comma-separated, or all of them (default all)"},
     {"tokens", "LIST", "token counts, comma-separated (default 1,2,4,5,8,9,16,32,64,128,256,512,1024,4096)"},
     {"layers", "N", "distinct layers rotated per graph replay (default 8, at least 8)"},
     {"replays", "N", "timed graph replays (default 30, at least 20)"},
@@ -43,7 +43,7 @@ constexpr OptionSpec kOptions[] = {
 };
 
 constexpr CommandSpec kSpec{
-    "bench", "[--model M|all] [--tokens LIST] [--layers N] [--replays N] [--skewed] [--compare] [--breakdown] [--json FILE] [--plan FC1[,FC2]]\n"
+    "bench", "[--model M[,M...]|all] [--tokens LIST] [--layers N] [--replays N] [--skewed] [--compare] [--breakdown] [--json FILE] [--plan FC1[,FC2]]\n"
     "                   [--activations bf16|mxfp8]",
     "Times the whole MoE layer (routing, permutation, FC1 + SwiGLU, FC2, weighted un-permute) against the\n"
     "device's own measured ceilings: streaming-read bandwidth and the cuBLAS bf16 matmul rate. Each row's\n"
@@ -252,18 +252,7 @@ void write_json(const std::string& path, const std::vector<Row>& rows, const Cei
 int bench_command(std::span<const std::string> args) {
   const auto parsed = parse(kSpec, args);
   if (!parsed) return 0;
-  const std::string model_arg = parsed->get("model", "all");
-  std::vector<std::string> models;
-  if (model_arg == "all") {
-    for (const auto& p : model_presets()) models.emplace_back(p.name);
-  } else {
-    try {
-      model_shape(model_arg);
-    } catch (const Error& e) {
-      throw UsageError(std::string("--model: ") + e.what());
-    }
-    models.push_back(model_arg);
-  }
+  const std::vector<std::string> models = model_list(parsed->get("model", "all"));
   const std::vector<int64_t> token_counts =
       parsed->get_int_list("tokens", {1, 2, 4, 5, 8, 9, 16, 32, 64, 128, 256, 512, 1024, 4096}, 1, 1 << 20);
   const int num_layers = static_cast<int>(parsed->get_int("layers", 8, 8, 64));

@@ -116,6 +116,26 @@ bool has_shape_override(const ParsedArgs& args) {
   return false;
 }
 
+std::vector<std::string> model_list(const std::string& arg) {
+  std::vector<std::string> models;
+  if (arg == "all") {
+    for (const auto& p : model_presets()) models.emplace_back(p.name);
+    return models;
+  }
+  size_t start = 0;
+  for (;;) {
+    const size_t comma = arg.find(',', start);
+    models.push_back(arg.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+    try {
+      model_shape(models.back());
+    } catch (const Error& e) {
+      throw UsageError(std::string("--model: ") + e.what());
+    }
+    if (comma == std::string::npos) return models;
+    start = comma + 1;
+  }
+}
+
 MoeShape shape_from_args(const ParsedArgs& args) {
   MoeShape shape;
   try {

@@ -65,4 +65,8 @@ inline constexpr OptionSpec kShapeOptions[] = {
 MoeShape shape_from_args(const ParsedArgs& args);
 bool has_shape_override(const ParsedArgs& args);
 
+// bench's and tune's --model: "all" (every preset, in model_presets() order) or presets by name,
+// comma-separated; UsageError naming one that is not a preset.
+std::vector<std::string> model_list(const std::string& arg);
+
 }  // namespace mxmoe::cli

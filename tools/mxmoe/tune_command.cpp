@@ -23,7 +23,7 @@ namespace mxmoe::cli {
 namespace {
 
 constexpr OptionSpec kOptions[] = {
-    {"model", "NAME", "a model preset, or all of them (default all)"},
+    {"model", "NAMES", "model presets, comma-separated, or all of them (default all)"},
     {"tokens", "LIST", "token-count buckets (default 1,2,4,5,8,9,16,32,64,128,256,512,1024,4096)"},
     {"layers", "N", "distinct layers rotated per timing (default 8, at least 8)"},
     {"replays", "N", "timed replays per candidate (default 10)"},
@@ -31,7 +31,7 @@ constexpr OptionSpec kOptions[] = {
 };
 
 constexpr CommandSpec kSpec{
-    "tune", "[--model M|all] [--tokens LIST] [--layers N] [--replays N] [--activations bf16|mxfp8]",
+    "tune", "[--model M[,M...]|all] [--tokens LIST] [--layers N] [--replays N] [--activations bf16|mxfp8]",
     "Times every valid tactic of this GPU's arch for FC1 and FC2 (with K splits) at each token-count bucket,\n"
     "checks each against the CPU reference, and stores the fastest plans in the cache directory's tuned\n"
     "table for this device (a plan other than the heuristic's only when timing both again, alternately,\n"
@@ -84,12 +84,7 @@ Best confirm(LayerRotation& rotation, const Best& winner, const LayerPlan& heuri
 int tune_command(std::span<const std::string> args) {
   const auto parsed = parse(kSpec, args);
   if (!parsed) return 0;
-  std::vector<std::string> models;
-  const std::string model_arg = parsed->get("model", "all");
-  for (const auto& p : model_presets()) {
-    if (model_arg == "all" || model_arg == p.name) models.emplace_back(p.name);
-  }
-  if (models.empty()) throw UsageError("--model: unknown model '" + model_arg + "'");
+  const std::vector<std::string> models = model_list(parsed->get("model", "all"));
   const std::vector<int64_t> buckets =
       parsed->get_int_list("tokens", {1, 2, 4, 5, 8, 9, 16, 32, 64, 128, 256, 512, 1024, 4096}, 1, 1 << 20);
   const int num_layers = static_cast<int>(parsed->get_int("layers", 8, 8, 64));
