@@ -8,11 +8,12 @@ import torch
 E2M1 = torch.tensor([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0])
 
 
-def random_mxfp4(gen: torch.Generator, e: int, rows: int, k: int, target: float):
-    """Random E2M1 codes [e, rows, k/32, 16] and E8M0 scales [e, rows, k/32] for outputs of about `target`."""
-    blocks = torch.randint(0, 256, (e, rows, k // 32, 16), dtype=torch.uint8, device="cuda", generator=gen)
+def random_mxfp4(gen: torch.Generator, e: int, rows: int, k: int, target: float, device: str = "cuda"):
+    """Random E2M1 codes [e, rows, k/32, 16] and E8M0 scales [e, rows, k/32] on `device` (`gen`'s) for
+    outputs of about `target`."""
+    blocks = torch.randint(0, 256, (e, rows, k // 32, 16), dtype=torch.uint8, device=device, generator=gen)
     base = int(round(np.log2(target / np.sqrt(k * 8.5625))))
-    scales = (127 + base + torch.randint(-1, 2, (e, rows, k // 32), device="cuda", generator=gen)).to(torch.uint8)
+    scales = (127 + base + torch.randint(-1, 2, (e, rows, k // 32), device=device, generator=gen)).to(torch.uint8)
     return blocks, scales
 
 

@@ -110,11 +110,12 @@ class TorchLayer:
         return torch.zeros(tokens, x.shape[1], device=x.device).index_add_(0, order // m.top_k, y).to(torch.bfloat16)
 
 
-def layer_tensors(gen: torch.Generator, m: Model) -> dict:
+def layer_tensors(gen: torch.Generator, m: Model, device: str = "cuda") -> dict:
+    """A layer's random MXFP4 experts, router and the biases its spec has, on `device` (`gen`'s)."""
     e, h, i = m.experts, m.hidden, m.intermediate
-    fc1 = random_mxfp4(gen, e, 2 * i, h, 3.0)
-    fc2 = random_mxfp4(gen, e, h, i, 1.0)
-    normal = lambda scale, *shape: scale * torch.randn(*shape, device="cuda", generator=gen)  # noqa: E731
+    fc1 = random_mxfp4(gen, e, 2 * i, h, 3.0, device)
+    fc2 = random_mxfp4(gen, e, h, i, 1.0, device)
+    normal = lambda scale, *shape: scale * torch.randn(*shape, device=device, generator=gen)  # noqa: E731
     t = {"gate_up_blocks": fc1[0], "gate_up_scales": fc1[1], "down_blocks": fc2[0], "down_scales": fc2[1],
          "router_weight": normal(0.1, e, h).to(torch.bfloat16)}
     if m.biases:

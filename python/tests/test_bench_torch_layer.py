@@ -26,33 +26,11 @@ SMALL = {name: bench.Model(**{**vars(model), "experts": 12, "hidden": 96, "inter
 TOLERANCE = 2e-2
 
 
-def mxfp4(gen: torch.Generator, e: int, rows: int, k: int, target: float):
-    blocks = torch.randint(0, 256, (e, rows, k // 32, 16), dtype=torch.uint8, generator=gen)
-    base = int(round(np.log2(target / np.sqrt(k * 8.5625))))
-    scales = (127 + base + torch.randint(-1, 2, (e, rows, k // 32), generator=gen)).to(torch.uint8)
-    return blocks, scales
-
-
-def cpu_tensors(m: bench.Model, seed: int) -> dict:
-    gen = torch.Generator().manual_seed(seed)
-    e, h, i = m.experts, m.hidden, m.intermediate
-    (fc1, fc1_scales), (fc2, fc2_scales) = mxfp4(gen, e, 2 * i, h, 3.0), mxfp4(gen, e, h, i, 1.0)
-    t = {"gate_up_blocks": fc1, "gate_up_scales": fc1_scales, "down_blocks": fc2, "down_scales": fc2_scales,
-         "router_weight": (0.1 * torch.randn(e, h, generator=gen)).to(torch.bfloat16)}
-    if m.biases:
-        t.update(gate_up_bias=(0.1 * torch.randn(e, 2 * i, generator=gen)).to(torch.bfloat16),
-                 down_bias=(0.1 * torch.randn(e, h, generator=gen)).to(torch.bfloat16),
-                 router_bias=(0.1 * torch.randn(e, generator=gen)).to(torch.bfloat16))
-    if m.routed_scaling is not None:
-        t["selection_bias"] = 0.1 * torch.randn(e, generator=gen)
-    return t
-
-
 @pytest.mark.parametrize("name", list(SMALL))
 @pytest.mark.parametrize("tokens", [1, 9, 64])
 def test_torch_layer_computes_the_layer(name, tokens):
     m = SMALL[name]
-    t = cpu_tensors(m, tokens)
+    t = bench.layer_tensors(torch.Generator().manual_seed(tokens), m, "cpu")
     gen = torch.Generator().manual_seed(100 + tokens)
     x = torch.randn(tokens, m.hidden, generator=gen).bfloat16()
     logits = torch.randn(tokens, m.experts, generator=gen)
@@ -68,7 +46,7 @@ def test_torch_layer_computes_the_layer(name, tokens):
 def test_a_wrong_spec_is_caught():
     """The check can fail: the V4 layer's torch form with gpt-oss's SwiGLU is far from mxmoe's."""
     m = SMALL["deepseek-v4-flash"]
-    t = cpu_tensors(m, 5)
+    t = bench.layer_tensors(torch.Generator().manual_seed(5), m, "cpu")
     x = torch.randn(9, m.hidden, generator=torch.Generator().manual_seed(5)).bfloat16()
     logits = torch.randn(9, m.experts, generator=torch.Generator().manual_seed(6))
     wrong = bench.Model(**{**vars(m), "alpha": 1.702, "up_offset": 1.0})
