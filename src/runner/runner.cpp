@@ -57,11 +57,12 @@ struct MoeRunner::Impl {
                                                                                               : ActivationFormat::kBf16;
   }
   LayerPlan heuristic_plan(int num_tokens) const {
-    return mxmoe::heuristic_plan(shape, num_tokens, *device.arch, activations());
+    return mxmoe::heuristic_plan(shape, num_tokens, *device.arch, activations(), routed_experts);
   }
   LayerPlan plan(int num_tokens) const {
     const ActivationFormat format = activations();
-    return tuned.find(num_tokens, format).value_or(mxmoe::heuristic_plan(shape, num_tokens, *device.arch, format));
+    return tuned.find(num_tokens, format)
+        .value_or(mxmoe::heuristic_plan(shape, num_tokens, *device.arch, format, routed_experts));
   }
   // The first-use check of each block-scaled tactic of `plan` where the options ask for it on this
   // device; false when one fails (the family is then dropped here).

@@ -7,9 +7,10 @@
 namespace mxmoe {
 namespace {
 
-// Decode: the GEMV with warps along K for the few columns of <= 4 touched experts, 8 columns a CTA
-// up to ~12, then the stream-K GEMV (one 24-warp CTA an SM), 8 tokens a tile up to ~4 expected rows
-// per expert and 16 up to 12. Thresholds: docs/performance.md, "The heuristic's decisions".
+// Decode: up to ~12 touched experts, per stage the 8-warp GEMV with the most rows a CTA (128, 64 or
+// 32: fewer rows, more warps along K) whose grid still has kDecodeGridCtas CTAs; then the stream-K
+// GEMV (one 24-warp CTA an SM), 8 tokens a tile up to ~4 expected rows per expert and 16 up to 12.
+// Thresholds: docs/performance.md, "The heuristic's decisions".
 const Tactic kGemvFewFc1{
     .family = &gemv_family(), .tile_rows = 64, .tile_tokens = 8, .warps_rows = 4, .warps_k = 2, .batch_records = 2};
 const Tactic kGemvFewFc2{
@@ -21,6 +22,20 @@ const Tactic kStreamK{
 const Tactic kStreamK16{
     .family = &gemv_streamk_family(), .tile_rows = 384, .tile_tokens = 16, .warps_rows = 24, .batch_records = 2};
 constexpr long long kStreamK16RowsExpected = 12;
+// Enough CTAs of 8 warps to keep the weight loads of a 132-SM Hopper in flight: between 267 (the
+// 128-row GEMV behind the 64-row one for gpt-oss-120b's FC2 at T = 3) and 337 (ahead of it for
+// gpt-oss-20b's FC1 at T = 2); DeepSeek-V4-Flash's FC1 at T = 1 (192) runs 1.16x faster on the
+// 64-row one.
+constexpr double kDecodeGridCtas = 300;
+constexpr double kDecodeMaxTouched = 12;
+
+// The decode GEMV of a stage of `rows` weight rows over `touched` experts.
+Tactic decode_gemv(double touched, int rows) {
+  for (const Tactic& t : {kGemvWide, kGemvFewFc1}) {
+    if (touched * ((rows + t.tile_rows - 1) / t.tile_rows) >= kDecodeGridCtas) return t;
+  }
+  return kGemvFewFc2;
+}
 
 // On sm_90a past the stream-K GEMV, the wgmma tile whose tokens the expected rows per expert fill,
 // so that most experts take one tile; the 64- and 96-token tiles on four consumer warpgroups of one
@@ -68,9 +83,11 @@ Tactic row_tile_for(const KernelFamily& family, long long rows_expected) {
           .smem_stages = 3};
 }
 
-LayerPlan heuristic_plan(const MoeShape& shape, int num_tokens, const Arch& arch) {
+LayerPlan heuristic_plan(const MoeShape& shape, int num_tokens, const Arch& arch, int routed_experts) {
+  // A shard's experts take the pairs routed to them among all the routed experts.
+  const int routed = routed_experts > 0 ? routed_experts : shape.num_experts;
   const long long pairs = static_cast<long long>(num_tokens) * shape.top_k;
-  const long long rows_expected = (pairs + shape.num_experts - 1) / shape.num_experts;
+  const long long rows_expected = (pairs + routed - 1) / routed;
   auto fits = [&](const Tactic& t) {
     const StageShape fc1{shape, Stage::kFc1}, fc2{shape, Stage::kFc2};
     return t.family->why_invalid(t, arch, &fc1).empty() && t.family->why_invalid(t, arch, &fc2).empty();
@@ -78,9 +95,10 @@ LayerPlan heuristic_plan(const MoeShape& shape, int num_tokens, const Arch& arch
   // Up to ~4 rows per expert (an expert past 8 takes a second pass over its weights, rare there).
   if (fits(kGemvWide) && (num_tokens <= kGemvWide.tile_tokens || rows_expected <= 4)) {
     const double touched =
-        shape.num_experts * (1.0 - std::pow(1.0 - static_cast<double>(shape.top_k) / shape.num_experts, num_tokens));
-    if (touched < 4.5) return {kGemvFewFc1, kGemvFewFc2};
-    if (touched <= 12.0) return {kGemvWide, kGemvFewFc1};
+        shape.num_experts * (1.0 - std::pow(1.0 - static_cast<double>(shape.top_k) / routed, num_tokens));
+    if (touched <= kDecodeMaxTouched) {
+      return {decode_gemv(touched, shape.fc1_rows()), decode_gemv(touched, shape.hidden)};
+    }
     if (fits(kStreamK)) return {kStreamK, kStreamK};
     return {kGemvWide, kGemvWide};
   }

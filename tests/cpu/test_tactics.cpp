@@ -382,6 +382,11 @@ TEST(Heuristic, PinnedChoices) {
       {"gpt-oss-120b", 3553, "wgmma.r256x144.w8.s6.k1", "wgmma.r256x144.w8.s6.k1"},
       {"gpt-oss-120b", 4576, "wgmma.r256x144.w8.s6.k1", "wgmma.r256x144.w8.s6.k1"},
       {"gpt-oss-120b", 4577, "wgmma.r128x256.w8.s4.k1", "wgmma.r128x256.w8.s4.k1"},
+      // Decode GEMVs by grid size: 6 experts of 4096 FC1 rows are 192 CTAs of 128 rows, 384 of 64.
+      {"deepseek-v4-flash", 1, "gemv.r64x8.w4x2.u2.k1", "gemv.r64x8.w4x2.u2.k1"},
+      {"deepseek-v4-flash", 2, "gemv.r128x8.w8x1.u2.k1", "gemv.r128x8.w8x1.u2.k1"},  // ~11.9 touched
+      {"deepseek-v4-flash", 3, "sk.r384x8.w24.u2.k1", "sk.r384x8.w24.u2.k1"},
+      {"deepseek-v4-pro", 1, "gemv.r64x8.w4x2.u2.k1", "gemv.r128x8.w8x1.u2.k1"},  // FC1 288 CTAs, FC2 336
   };
 
   const Arch& sm90 = arch_by_name("sm_90a");
@@ -390,6 +395,20 @@ TEST(Heuristic, PinnedChoices) {
     EXPECT_EQ(plan.fc1.name(), p.fc1) << p.model << " T=" << p.tokens;
     EXPECT_EQ(plan.fc2.name(), p.fc2) << p.model << " T=" << p.tokens;
   }
+}
+
+// An expert-parallel shard's experts see the pairs routed to them among all the routed experts:
+// half of gpt-oss-120b's over 2 tokens touch ~4 (the whole layer's T = 1 plan), not the ~7.75 of a
+// 64-expert layer.
+TEST(Heuristic, AShardCountsTheRoutedExperts) {
+  const Arch& sm90 = arch_by_name("sm_90a");
+  const MoeShape shard{64, 4, 2880, 2880};
+  EXPECT_EQ(heuristic_plan(shard, 2, sm90, 128), heuristic_plan(model_shape("gpt-oss-120b"), 1, sm90));
+  EXPECT_EQ(heuristic_plan(shard, 2, sm90, 0), heuristic_plan(shard, 2, sm90, 64));
+  EXPECT_NE(heuristic_plan(shard, 2, sm90, 128), heuristic_plan(shard, 2, sm90));
+  // ceil(T k / R) expected rows: 8 tokens a tile up to 4, at 128 tokens over 128 experts
+  EXPECT_EQ(heuristic_plan(shard, 128, sm90, 128).fc1.name(), "sk.r384x8.w24.u2.k1");
+  EXPECT_EQ(heuristic_plan(shard, 128, sm90).fc1.name(), "sk.r384x16.w24.u2.k1");
 }
 
 TEST(Heuristic, GemvMakesWayWhenItsStagingExceedsTheArch) {

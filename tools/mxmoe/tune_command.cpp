@@ -124,9 +124,19 @@ int tune_command(std::span<const std::string> args) {
       for (const Tactic& t : valid_tactics(device.arch->name)) {
         if (activations_of(t) == options.activations) tactics.push_back(t);
       }
+      // A plan that cannot take the shape (a GEMV-style ring past the shared memory at K = 7168, more K
+      // splits than FC2 has K tiles) is left out, as the runner would refuse it.
+      auto try_valid = [&](const LayerPlan& plan) {
+        try {
+          validate_plan(shape, plan, *device.arch);
+        } catch (const Error&) {
+          return;
+        }
+        try_plan(rotation, plan, replays, best);
+      };
       for (const Tactic& fc1 : tactics) {
         if (!(fc1 == heuristic.fc1) && !LayerPlan{fc1, fc1}.whole_layer()) {
-          try_plan(rotation, {fc1, heuristic.fc2, options.activations}, replays, best);
+          try_valid({fc1, heuristic.fc2, options.activations});
         }
       }
       const Tactic best_fc1 = best.plan.fc1;
@@ -135,17 +145,11 @@ int tune_command(std::span<const std::string> args) {
           Tactic t = fc2;
           t.k_split = split;
           const LayerPlan plan{best_fc1, t, options.activations};
-          if (plan == best.plan) continue;
-          try {
-            validate_plan(shape, plan, *device.arch);
-          } catch (const Error&) {
-            continue;  // e.g. more K splits than FC2 has K tiles
-          }
-          try_plan(rotation, plan, replays, best);
+          if (!(plan == best.plan)) try_valid(plan);
         }
       }
       for (const Tactic& t : tactics) {  // whole-layer plans: one tactic for both stages
-        if (LayerPlan{t, t}.whole_layer()) try_plan(rotation, {t, t, options.activations}, replays, best);
+        if (LayerPlan{t, t}.whole_layer()) try_valid({t, t, options.activations});
       }
       if (best.us >= 1e30) throw Error("tune: no accurate plan for " + model + " at T = " + std::to_string(tokens));
       if (!(best.plan == heuristic) && heuristic_us < 1e30) {
