@@ -1,7 +1,7 @@
 #include "mxmoe/layer_spec.hpp"
 
+#include <charconv>
 #include <cmath>
-#include <sstream>
 
 #include "mxmoe/error.hpp"
 
@@ -23,15 +23,22 @@ void LayerSpec::validate() const {
 }
 
 std::string LayerSpec::describe() const {
-  std::ostringstream s;
-  s << "swiglu(alpha=" << activation.alpha << ", limit=" << activation.limit << ", up+" << activation.up_offset << ") "
-    << (gate_up == GateUpLayout::kInterleaved ? "interleaved" : "[gate; up]") << (expert_biases ? " biases" : " no-bias");
+  // std::to_chars, not a stream: no locale (a stream's float output crashed the Python extension on the
+  // device image, in the facets of the process's libstdc++), and the shortest text that reads back.
+  auto number = [](float v) {
+    char text[32];
+    return std::string(text, std::to_chars(text, text + sizeof(text), v).ptr);
+  };
+  std::string s = "swiglu(alpha=" + number(activation.alpha) + ", limit=" + number(activation.limit) + ", up+" +
+                  number(activation.up_offset) + ") " +
+                  (gate_up == GateUpLayout::kInterleaved ? "interleaved" : "[gate; up]") +
+                  (expert_biases ? " biases" : " no-bias");
   switch (router) {
-    case RouterKind::kSoftmaxTopK: s << " softmax"; break;
-    case RouterKind::kSqrtSoftplus: s << " sqrt-softplus*" << routed_scaling; break;
-    case RouterKind::kCallerTopK: s << " caller-routed"; break;
+    case RouterKind::kSoftmaxTopK: s += " softmax"; break;
+    case RouterKind::kSqrtSoftplus: s += " sqrt-softplus*" + number(routed_scaling); break;
+    case RouterKind::kCallerTopK: s += " caller-routed"; break;
   }
-  return s.str();
+  return s;
 }
 
 }  // namespace mxmoe
