@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import copy
 import json
-import os
 
 import numpy as np
 import pytest
@@ -42,15 +41,6 @@ import oracle  # noqa: E402
 
 CUDA = torch.cuda.is_available()
 needs_cuda = pytest.mark.skipif(not CUDA, reason="no CUDA device visible: the GPU DeepSeek-V4 tests are skipped")
-# The first GPU run of this file (an H200, 2026-11-28) ended the process with SIGSEGV inside
-# MoeLayer's constructor (the extension's Runner) on its first case, a hash-routed V4-Flash block
-# held in float32 through MoeLayer.from_tensors; the C++ GPU suite's DeepSeek-V4 layers (both shapes,
-# a hash-routed engine-form layer) pass. Until the crash is found the GPU cases are skipped, loudly.
-gpu_crash_unresolved = pytest.mark.skipif(
-    os.environ.get("MXMOE_RUN_CRASHING") != "1",
-    reason="SIGSEGV in MoeLayer's constructor on the first GPU run (issue 45), not yet found: MXMOE_RUN_CRASHING=1 "
-           "runs these")
-
 # mxmoe's reference against transformers' float32 experts on the same MXFP4 weights and bf16 inputs:
 # both compute in float32 from the same values, so they differ by float32 summation order (~1e-6)
 # and by mxmoe's one rounding of the output to bf16, at most 2^-8 of each element (bf16's unit
@@ -437,7 +427,6 @@ def test_use_mxmoe_refuses_what_it_does_not_know(monkeypatch):
 # ---- GPU -------------------------------------------------------------------------------------------
 
 @needs_cuda
-@gpu_crash_unresolved
 @pytest.mark.parametrize("held", ["float32", "fp4-ue8m0"])
 @pytest.mark.parametrize("layer", [0, 1], ids=["hash-routed", "score-routed"])
 def test_gpu_layer_matches_transformers_experts(layer, held):
@@ -494,7 +483,6 @@ class RoutingRecorder:
 
 
 @needs_cuda
-@gpu_crash_unresolved
 @pytest.mark.parametrize("shape", ["small", "deepseek-v4-flash"])
 def test_model_generates_as_transformers_does(shape):
     """A DeepseekV4ForCausalLM, float32 (so that the reference is the exact layer, not transformers' bf16
@@ -552,7 +540,6 @@ def test_model_generates_as_transformers_does(shape):
 
 
 @needs_cuda
-@gpu_crash_unresolved
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 def test_use_mxmoe_converts_on_the_gpu_as_on_the_host(dtype):
     """use_mxmoe on a CUDA model (quantised on the GPU, MoeLayer.from_tensors) and on the same model on
