@@ -51,9 +51,10 @@ NVLINK_MULTICAST_OFF = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICA
 
 # The most tokens per rank that ExpertParallelLayer sends by the low-latency path by default. With
 # top-4 routing over 2 ranks most tokens have an expert on each rank, so the all-to-all moves nearly
-# as many rows as the all-gather and adds a host synchronisation. python/bench/distributed.py on 2
-# H200s (NVLink) measured the low-latency path faster at every T it times, up to 4096 tokens a rank
-# (gpt-oss-120b 2462 us against 3307, gpt-oss-20b 1759 against 3421); above that it is not measured.
+# as many rows as the all-gather and adds a host synchronisation. python/bench/distributed.py on 4
+# H200s (NVLink) measured the low-latency path faster at every T it times up to 4096 tokens a rank
+# at 2 ranks (gpt-oss-120b 2463 us against 3312) and on gpt-oss-20b at 4 (2344 against 3632); at 4
+# ranks gpt-oss-120b's two paths tie at 4096 (3606 against 3576): the crossover (docs/distributed.md).
 LOW_LATENCY_MAX_TOKENS = 4096
 
 

@@ -57,12 +57,11 @@ struct MoeRunner::Impl {
                                                                                               : ActivationFormat::kBf16;
   }
   LayerPlan heuristic_plan(int num_tokens) const {
-    return mxmoe::heuristic_plan(shape, num_tokens, *device.arch, activations(), routed_experts);
+    return mxmoe::heuristic_plan(shape, num_tokens, *device.arch, activations());
   }
   LayerPlan plan(int num_tokens) const {
     const ActivationFormat format = activations();
-    return tuned.find(num_tokens, format)
-        .value_or(mxmoe::heuristic_plan(shape, num_tokens, *device.arch, format, routed_experts));
+    return tuned.find(num_tokens, format).value_or(mxmoe::heuristic_plan(shape, num_tokens, *device.arch, format));
   }
   // The first-use check of each block-scaled tactic of `plan` where the options ask for it on this
   // device; false when one fails (the family is then dropped here).

@@ -8,12 +8,10 @@
 
 namespace mxmoe {
 
-LayerPlan heuristic_plan(const MoeShape& shape, int num_tokens, const Arch& arch, ActivationFormat activations,
-                         int routed_experts) {
-  if (activations == ActivationFormat::kBf16) return heuristic_plan(shape, num_tokens, arch, routed_experts);
-  const long long routed = routed_experts > 0 ? routed_experts : shape.num_experts;
+LayerPlan heuristic_plan(const MoeShape& shape, int num_tokens, const Arch& arch, ActivationFormat activations) {
+  if (activations == ActivationFormat::kBf16) return heuristic_plan(shape, num_tokens, arch);
   const long long pairs = static_cast<long long>(num_tokens) * shape.top_k;
-  const long long rows_expected = (pairs + routed - 1) / routed;
+  const long long rows_expected = (pairs + shape.num_experts - 1) / shape.num_experts;
   const Tactic t = row_tile_for(block_scaled_tile_family(), rows_expected);
   for (const Stage stage : {Stage::kFc1, Stage::kFc2}) {
     const StageShape stage_shape{shape, stage};

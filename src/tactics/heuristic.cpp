@@ -83,11 +83,9 @@ Tactic row_tile_for(const KernelFamily& family, long long rows_expected) {
           .smem_stages = 3};
 }
 
-LayerPlan heuristic_plan(const MoeShape& shape, int num_tokens, const Arch& arch, int routed_experts) {
-  // A shard's experts take the pairs routed to them among all the routed experts.
-  const int routed = routed_experts > 0 ? routed_experts : shape.num_experts;
+LayerPlan heuristic_plan(const MoeShape& shape, int num_tokens, const Arch& arch) {
   const long long pairs = static_cast<long long>(num_tokens) * shape.top_k;
-  const long long rows_expected = (pairs + routed - 1) / routed;
+  const long long rows_expected = (pairs + shape.num_experts - 1) / shape.num_experts;
   auto fits = [&](const Tactic& t) {
     const StageShape fc1{shape, Stage::kFc1}, fc2{shape, Stage::kFc2};
     return t.family->why_invalid(t, arch, &fc1).empty() && t.family->why_invalid(t, arch, &fc2).empty();
@@ -95,7 +93,7 @@ LayerPlan heuristic_plan(const MoeShape& shape, int num_tokens, const Arch& arch
   // Up to ~4 rows per expert (an expert past 8 takes a second pass over its weights, rare there).
   if (fits(kGemvWide) && (num_tokens <= kGemvWide.tile_tokens || rows_expected <= 4)) {
     const double touched =
-        shape.num_experts * (1.0 - std::pow(1.0 - static_cast<double>(shape.top_k) / routed, num_tokens));
+        shape.num_experts * (1.0 - std::pow(1.0 - static_cast<double>(shape.top_k) / shape.num_experts, num_tokens));
     if (touched <= kDecodeMaxTouched) {
       return {decode_gemv(touched, shape.fc1_rows()), decode_gemv(touched, shape.hidden)};
     }

@@ -16,10 +16,10 @@ namespace mxmoe {
 // tokens a tile, then on sm_90a the wgmma family with the token tile the expected rows fill, and
 // elsewhere the 128-row mma tiles of row_tile_for; a GEMV-style tactic only where it is valid for
 // both stages of the shape. Every tactic it returns is in default_tactics(), the set compiled
-// ahead of time for each arch where it is valid. `routed_experts`: for an expert-parallel shard
-// (shape.num_experts of them held), the experts the layer routes over, which set its expected rows
-// and touched experts; 0 for a whole layer.
-LayerPlan heuristic_plan(const MoeShape& shape, int num_tokens, const Arch& arch, int routed_experts = 0);
+// ahead of time for each arch where it is valid. An expert-parallel shard is planned as a layer of
+// its own experts taking all of the batch's pairs: its plan suits the rank that gets the most of
+// them, whose time the layer waits for.
+LayerPlan heuristic_plan(const MoeShape& shape, int num_tokens, const Arch& arch);
 std::vector<Tactic> default_tactics();
 
 // The 128-row tile of the mma-shaped families ("mma", "bsmma") whose token tile is the smallest of
@@ -33,7 +33,6 @@ Tactic row_tile_for(const KernelFamily& family, long long rows_expected);
 // 128 that covers the expected rows per expert, as the mma tiles' (block_scaled_heuristic.cpp).
 // Those tactics compile on first use (they are not in default_tactics()). Throws Error where no
 // block-scaled tactic runs on the shape and arch.
-LayerPlan heuristic_plan(const MoeShape& shape, int num_tokens, const Arch& arch, ActivationFormat activations,
-                         int routed_experts = 0);
+LayerPlan heuristic_plan(const MoeShape& shape, int num_tokens, const Arch& arch, ActivationFormat activations);
 
 }  // namespace mxmoe

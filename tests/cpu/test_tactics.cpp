@@ -397,20 +397,6 @@ TEST(Heuristic, PinnedChoices) {
   }
 }
 
-// An expert-parallel shard's experts see the pairs routed to them among all the routed experts:
-// half of gpt-oss-120b's over 2 tokens touch ~4 (the whole layer's T = 1 plan), not the ~7.75 of a
-// 64-expert layer.
-TEST(Heuristic, AShardCountsTheRoutedExperts) {
-  const Arch& sm90 = arch_by_name("sm_90a");
-  const MoeShape shard{64, 4, 2880, 2880};
-  EXPECT_EQ(heuristic_plan(shard, 2, sm90, 128), heuristic_plan(model_shape("gpt-oss-120b"), 1, sm90));
-  EXPECT_EQ(heuristic_plan(shard, 2, sm90, 0), heuristic_plan(shard, 2, sm90, 64));
-  EXPECT_NE(heuristic_plan(shard, 2, sm90, 128), heuristic_plan(shard, 2, sm90));
-  // ceil(T k / R) expected rows: 8 tokens a tile up to 4, at 128 tokens over 128 experts
-  EXPECT_EQ(heuristic_plan(shard, 128, sm90, 128).fc1.name(), "sk.r384x8.w24.u2.k1");
-  EXPECT_EQ(heuristic_plan(shard, 128, sm90).fc1.name(), "sk.r384x16.w24.u2.k1");
-}
-
 TEST(Heuristic, GemvMakesWayWhenItsStagingExceedsTheArch) {
   const MoeShape wide{8, 2, 8192, 1024, 1};  // FC1's 8 x 8192 activations need 128 KB
   EXPECT_EQ(heuristic_plan(wide, 1, arch_by_name("sm_90a")).fc1.family, &gemv_family());
