@@ -135,12 +135,8 @@ std::vector<Bf16> run_shard(const MoeRunner& runner, const std::vector<Bf16>& x,
   return given ? run_experts(runner, x, tokens, *given, true, plan) : run_gpu(runner, x, tokens, logits, plan).out;
 }
 
-// Each shard of gpt-oss-20b over 2, 3 and 4 ranks matches its own reference, through the layer form
-// (router logits over all 32 experts) and the engine form (one 8-expert shard under every tactic),
-// and the shards' outputs sum to the layer's within the rounding of their bf16 outputs.
-TEST(GpuExpertParallel, ShardsMatchTheReferenceAndSumToTheLayer) {
-  MXMOE_REQUIRE_GPU();
-  const MoeShape shape = model_shape("gpt-oss-20b");
+void shards_match_the_reference_and_sum_to_the_layer(const MoeShape& shape) {
+  SCOPED_TRACE(shape.describe());
   const auto& layer = test_layer(shape, 17);
   for (int tokens : {1, 9, 64, 300}) {
     const std::vector<Bf16> x = make_activations(tokens, shape.hidden, 40 + tokens);
@@ -161,7 +157,7 @@ TEST(GpuExpertParallel, ShardsMatchTheReferenceAndSumToTheLayer) {
         const std::vector<Bf16> out_given = run_shard(runner, x, tokens, nullptr, &given, nullptr);
         expect_close(out, ref.out, what);
         expect_close(out_given, ref_given.out, what + " given");
-        if (world == 4 && rank == 1) {  // 8 local experts: every family on a shard's shape
+        if (world == 4 && rank == 1) {  // every family on a shard's shape
           for (const auto& [name, plan] : plans_to_test(shard.shape)) {
             expect_close(run_shard(runner, x, tokens, &logits, nullptr, plan ? &*plan : nullptr), ref.out, what + " " + name);
             expect_close(run_shard(runner, x, tokens, nullptr, &given, plan ? &*plan : nullptr), ref_given.out,
@@ -176,6 +172,18 @@ TEST(GpuExpertParallel, ShardsMatchTheReferenceAndSumToTheLayer) {
       EXPECT_LT(relative_error(full.out, sum), 5e-3) << "T=" << tokens << " world " << world;
       EXPECT_LT(relative_error(full_given.out, sum_given), 5e-3) << "T=" << tokens << " world " << world << " given";
     }
+  }
+}
+
+// Each shard over 2, 3 and 4 ranks matches its own reference, through the layer form (router
+// logits over all the layer's experts) and the engine form (the shard of rank 1 of 4 under every
+// tactic), and the shards' outputs sum to the layer's within the rounding of their bf16 outputs:
+// gpt-oss-20b, and a layer of DeepSeek-V4's spec (sqrt-softplus routing with its selection bias over
+// all 24 experts, scaled by 1.5; [gate; up] rows).
+TEST(GpuExpertParallel, ShardsMatchTheReferenceAndSumToTheLayer) {
+  MXMOE_REQUIRE_GPU();
+  for (const MoeShape& shape : {model_shape("gpt-oss-20b"), MoeShape{24, 6, 256, 192, 1, deepseek_v4_spec(1.5f)}}) {
+    shards_match_the_reference_and_sum_to_the_layer(shape);
   }
 }
 
