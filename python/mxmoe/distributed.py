@@ -133,6 +133,7 @@ class _ParallelLayer(torch.nn.Module):
         self.rank, self.world = dist.get_rank(group), dist.get_world_size(group)
         self.device = _device_for(group, device)
         self.shape = weights.shape
+        self.spec = weights.spec
         self._freed = False
         self._rank_layer = _RankLayer(self._shard(weights), self.device,
                                       None if max_tokens is None else self._rank_tokens(max_tokens))
@@ -160,6 +161,12 @@ class _ParallelLayer(torch.nn.Module):
         if router_logits is not None:
             _check_tensor(router_logits, "router_logits", torch.float32, self.device,
                           (x.shape[0], self.shape.num_experts))
+
+    def _check_routed(self) -> None:
+        """The layer form needs a router: a hash-routed (caller-top-k) layer takes the engine form only."""
+        if self.spec.router == "caller-top-k":
+            raise ValueError("layer: a hash-routed (caller-top-k) layer has no router: call experts() with the "
+                             "caller's top-k")
 
     def _check_routing(self, x: torch.Tensor, topk_ids, topk_weights, check_ids: bool) -> torch.Tensor:
         self._check_x(x)
@@ -210,9 +217,11 @@ class ExpertParallelLayer(_ParallelLayer):
         super().__init__(weights, group, device, max_tokens)
         self.low_latency_max_tokens = int(low_latency_max_tokens)
         self.experts_per_rank = self.shape.num_experts // self.world
-        weight, bias = weights.router
-        self._router_weight = torch.from_numpy(weight).to(self.device)
-        self._router_bias = torch.from_numpy(bias).to(self.device)
+        self._router_weight = self._router_bias = None  # a hash-routed layer has no router
+        if self.spec.router != "caller-top-k":
+            weight, bias = weights.router
+            self._router_weight = torch.from_numpy(weight).to(self.device)
+            self._router_bias = torch.from_numpy(bias).to(self.device)
 
     def _shard(self, weights: mxmoe.Weights) -> mxmoe.Weights:
         if weights.routed_experts % self.world:
@@ -241,6 +250,7 @@ class ExpertParallelLayer(_ParallelLayer):
         graph capture or torch.compile). On the low-latency path the layer's router routes inside
         mxmoe, as the single-device layer does; on the all-to-all path the routing is route()'s."""
         self._check_x(x, router_logits)
+        self._check_routed()
         rank_tokens = self._max_rank_tokens(x, max_rank_tokens)
         if self.path(rank_tokens) == "low-latency":
             return self._low_latency(x, rank_tokens, router_logits=router_logits)
@@ -327,15 +337,26 @@ class ExpertParallelLayer(_ParallelLayer):
     # ---- the all-to-all path: each token to the ranks of its experts and back ------------------------
 
     def route(self, x: torch.Tensor, router_logits: Optional[torch.Tensor] = None):
-        """(topk_ids [T, k] int64, topk_weights [T, k] float32): the top-k of the logits (given, or the
-        layer's router in float32) and the softmax over the k selected, as mxmoe's layer routes. Logits
-        computed here may differ from mxmoe's own in their last bits (another summation order), which can
-        turn a near tie between the k-th and the next expert the other way; given logits route alike."""
+        """(topk_ids [T, k] int64, topk_weights [T, k] float32), as mxmoe's layer routes by its spec, from
+        the logits (given, or the layer's router in float32): softmax-top-k, the top-k of the logits and
+        the softmax over the k selected; sqrt-softplus (DeepSeek-V4), scores sqrt(softplus(logits)), the
+        top-k of scores + selection bias, weights the chosen scores over their sum times routed_scaling.
+        Logits computed here may differ from mxmoe's own in their last bits (another summation order),
+        which can turn a near tie between the k-th and the next expert the other way; given logits route
+        alike."""
         self._check_x(x, router_logits)
-        if router_logits is None:
-            router_logits = torch.nn.functional.linear(x.float(), self._router_weight, self._router_bias)
-        top = torch.topk(router_logits, self.shape.top_k, dim=1)
-        return top.indices, torch.softmax(top.values, dim=1)
+        self._check_routed()
+        sqrt_softplus = self.spec.router == "sqrt-softplus"
+        if router_logits is None:  # sqrt-softplus: the router's bias selects, it is no logit bias
+            router_logits = torch.nn.functional.linear(x.float(), self._router_weight,
+                                                       None if sqrt_softplus else self._router_bias)
+        if not sqrt_softplus:
+            top = torch.topk(router_logits, self.shape.top_k, dim=1)
+            return top.indices, torch.softmax(top.values, dim=1)
+        scores = torch.nn.functional.softplus(router_logits).sqrt()
+        ids = torch.topk(scores + self._router_bias, self.shape.top_k, dim=1).indices
+        chosen = scores.gather(1, ids)
+        return ids, chosen / chosen.sum(dim=1, keepdim=True) * self.spec.routed_scaling
 
     def dispatch(self, x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor) -> Dispatched:
         """Sends each token's row and routing once to every rank that holds one of its experts; receives
@@ -412,6 +433,7 @@ class TensorParallelLayer(_ParallelLayer):
 
     def forward(self, x: torch.Tensor, router_logits: Optional[torch.Tensor] = None) -> torch.Tensor:
         """The layer's output [T, H] bf16 for x [T, H] bf16, the same tokens on every rank."""
+        self._check_routed()
         return self.reduce(self.compute(x, router_logits))
 
     def experts(self, x: torch.Tensor, topk_ids: torch.Tensor, topk_weights: torch.Tensor,

@@ -3,7 +3,9 @@ the single-process CPU layer on the same tokens, routed by the layer's router, b
 the caller (the engine form); expert parallelism by each of its paths (low latency, with the ranks'
 token counts exchanged or given, and all-to-all), each checked to use its own collectives alone; odd
 token counts, a rank with no tokens, ranks that receive none, routing skewed onto one rank, unchecked
-out-of-range ids; and bad input. Skipped without PyTorch's gloo backend."""
+out-of-range ids; and bad input. Two gpt-oss-spec shapes and one of DeepSeek-V4's spec (sqrt-softplus
+routing with a selection bias, scaled; [gate; up] rows), whose hash-routed layers take the engine
+form only. Skipped without PyTorch's gloo backend."""
 
 from __future__ import annotations
 
@@ -19,10 +21,12 @@ if not dist.is_available() or not dist.is_gloo_available():
 
 import mxmoe  # noqa: E402
 import oracle  # noqa: E402
+import oracle_deepseek_v4  # noqa: E402
 from mxmoe.distributed import ExpertParallelLayer, TensorParallelLayer  # noqa: E402
 from ranks import run_ranks  # noqa: E402
 
-SHAPES = {"E8-top2": (8, 2, 96, 160), "E32-top4": (32, 4, 256, 192)}  # E, k, H, I
+SHAPES = {"E8-top2": (8, 2, 96, 160), "E32-top4": (32, 4, 256, 192), "V4-E24-top6": (24, 6, 64, 96)}  # E, k, H, I
+DEEPSEEK_V4 = {"V4-E24-top6": 1.5}  # the shapes of DeepSeek-V4's spec, and their routed_scaling
 EP_TOKENS = {2: [7, 0], 4: [5, 0, 33, 1]}  # each rank's own tokens: odd counts, and a rank with none
 # The expert-parallel variants, by layer arguments and call arguments, and the only collectives each may
 # use: the low-latency path with the ranks' token counts exchanged (an all-gather) and with the most
@@ -40,9 +44,14 @@ TP_TOKENS = 9
 TOLERANCE = 5e-3
 
 
-def layer_weights(shape) -> mxmoe.Weights:
-    e, k, h, i = shape
-    return mxmoe.weights_from_tensors(oracle.random_layer(np.random.default_rng(list(shape)), e, h, i), top_k=k)
+def layer_weights(name: str) -> mxmoe.Weights:
+    e, k, h, i = SHAPES[name]
+    rng = np.random.default_rng(list(SHAPES[name]))
+    if name in DEEPSEEK_V4:
+        tensors, _ = oracle_deepseek_v4.checkpoint_tensors("deepseek-hf", 0, oracle_deepseek_v4.random_router(rng, e, h),
+                                                           oracle_deepseek_v4.random_experts(rng, e, h, i))
+        return mxmoe.weights_from_tensors(tensors, top_k=k, routed_scaling=DEEPSEEK_V4[name])
+    return mxmoe.weights_from_tensors(oracle.random_layer(rng, e, h, i), top_k=k)
 
 
 def ep_inputs(shape, world: int, rank: int) -> dict:
@@ -109,7 +118,7 @@ def rank_outputs(rank: int, world: int, folder) -> None:
     """One rank's outputs of every case, saved for the test process to compare."""
     out = {}
     for name, shape in SHAPES.items():
-        weights = layer_weights(shape)
+        weights = layer_weights(name)
         a = {key: torch.from_numpy(value) for key, value in ep_inputs(shape, world, rank).items()}
         x = bf16_tensor(a.pop("x").numpy())
         for variant, (layer_args, call_args, allowed) in EP_VARIANTS.items():
@@ -154,7 +163,7 @@ def outputs(request, tmp_path_factory):
 def test_expert_parallel_equals_the_single_process_layer(outputs, name, variant):
     world, per_rank = outputs
     shape = SHAPES[name]
-    single = mxmoe.CpuLayer(layer_weights(shape))
+    single = mxmoe.CpuLayer(layer_weights(name))
     for rank in range(world):
         a, y = ep_inputs(shape, world, rank), per_rank[rank]
         x = a["x"]
@@ -189,7 +198,7 @@ def test_all_to_all_sends_rows_only_where_their_experts_are(outputs, name):
 def test_tensor_parallel_equals_the_single_process_layer(outputs, name):
     world, per_rank = outputs
     shape = SHAPES[name]
-    single = mxmoe.CpuLayer(layer_weights(shape))
+    single = mxmoe.CpuLayer(layer_weights(name))
     a = tp_inputs(shape, world)
     expected = {
         "router": single(a["x"]),
@@ -213,11 +222,11 @@ def one_rank(tmp_path):
 
 def test_an_uninitialised_group_is_refused():
     with pytest.raises(ValueError, match="torch.distributed is not initialised"):
-        TensorParallelLayer(layer_weights(SHAPES["E8-top2"]), device="cpu")
+        TensorParallelLayer(layer_weights("E8-top2"), device="cpu")
 
 
 def test_bad_input_names_the_argument(one_rank):
-    weights = layer_weights(SHAPES["E8-top2"])
+    weights = layer_weights("E8-top2")
     with pytest.raises(TypeError, match="weights: expected mxmoe.Weights"):
         ExpertParallelLayer(object(), device="cpu")
     with pytest.raises(ValueError, match="weights: expected a whole layer's weights"):
@@ -255,3 +264,25 @@ def test_bad_input_names_the_argument(one_rank):
         layer.free()
         with pytest.raises(ValueError, match="freed"):
             layer(x)
+
+
+def test_a_hash_routed_layer_takes_the_engine_form_only(one_rank):
+    """DeepSeek-V4's hash-routed layers (gate.tid2eid, no router): the layer form and route() are refused
+    with a message naming experts(), which gives the single-process layer's output."""
+    e, k, h, i = SHAPES["V4-E24-top6"]
+    rng = np.random.default_rng(11)
+    tensors, _ = oracle_deepseek_v4.checkpoint_tensors("deepseek-hf", 0, None, oracle_deepseek_v4.random_experts(rng, e, h, i))
+    weights = mxmoe.weights_from_tensors(tensors, top_k=k)
+    x_bits = oracle.bf16_bits(rng.normal(size=(5, h)))
+    ids = np.stack([rng.permutation(e)[:k] for _ in range(5)])
+    topk_weights = rng.random(size=(5, k)).astype(np.float32)
+    want = mxmoe.experts(x_bits, ids, topk_weights, mxmoe.CpuLayer(weights))
+    x = bf16_tensor(x_bits)
+    ep, tp = ExpertParallelLayer(weights, device="cpu"), TensorParallelLayer(weights, device="cpu")
+    with pytest.raises(ValueError, match=r"hash-routed .* call experts\(\)"):
+        ep.route(x)
+    for layer in (ep, tp):
+        with pytest.raises(ValueError, match=r"hash-routed .* call experts\(\)"):
+            layer(x)
+        got = layer.experts(x, torch.from_numpy(ids), torch.from_numpy(topk_weights)).float().numpy()
+        assert oracle.relative_error(got, want) < TOLERANCE
