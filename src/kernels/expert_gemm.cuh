@@ -29,13 +29,14 @@ constexpr int gemv_staging_bytes(int tokens, int rows, int k_tiles, int k_split)
 }
 
 // A batch that routes itself (route_small_batch_in_cta below) keeps its routing past the kernel's
-// own shared memory, 16-byte aligned: each pair's expert, weight, sorted row and each sorted row's
-// pair (kSmallBatchPairs each), the CTA's own words (its expert, first row, row count), and the
-// workspace writer's counts [E] and offsets [E + 1].
+// own shared memory, 16-byte aligned: the top-k's candidates (select_scratch_bytes for the CTA's
+// warps), each pair's expert, weight, sorted row and each sorted row's pair (kSmallBatchPairs
+// each), the CTA's own words (its expert, first row, row count), and the workspace writer's counts
+// [E] and offsets [E + 1].
 constexpr int kSmallRouteOwnWords = 3;
 constexpr int small_route_offset(int kernel_bytes) { return align16(kernel_bytes); }
-constexpr int small_route_bytes(int num_experts) {
-  return 4 * (4 * kSmallBatchPairs + kSmallRouteOwnWords + 2 * num_experts + 1);
+constexpr int small_route_bytes(int num_experts, int warps, int top_k) {
+  return select_scratch_bytes(warps, top_k) + 4 * (4 * kSmallBatchPairs + kSmallRouteOwnWords + 2 * num_experts + 1);
 }
 
 }  // namespace mxmoe::kernels
@@ -247,26 +248,29 @@ __device__ __forceinline__ GemvWork gemv_work(const ExpertGemmArgs& args, int sl
 }
 
 // A small batch routed by the CTA itself (args.route_logits set; expert_gemm_args.hpp), in shared
-// memory at `smem` (small_route_bytes): the warps take tokens' top-k, then warp 0 gives every pair
+// memory at `smem` (small_route_bytes): the CTA takes the tokens' top-k (select_batch_experts: a
+// 1-token batch's experts split over all its warps), then warp 0 gives every pair
 // its sorted row (pairs of lower experts, then of its own expert from lower lanes) and finds the
 // CTA's expert, active slot `slot`. `args.sorted_pairs` is pointed at the shared copy. With
 // `write_workspace` the CTA's last warp also writes the whole routing to args.route, for the
 // caller. This buys the layer no routing launch, and no global round trip between the logits and
 // the first weight load.
-// Budget: T E 4 bytes of logits from L2 per CTA; per token k rounds of E / 32 compares; 32 shuffles.
-__device__ __forceinline__ GemvWork route_small_batch_in_cta(ExpertGemmArgs& args, unsigned char* smem, int slot,
-                                                             bool write_workspace, int split, int k_split) {
+// Budget: T E 4 bytes of logits from L2 per CTA; per token k rounds of E / (32 x its warps)
+// compares, and k rounds over its warps' candidates; 32 shuffles.
+__device__ __forceinline__ GemvWork route_small_batch_in_cta(ExpertGemmArgs& args, const RouterMath& router,
+                                                             unsigned char* smem, int slot, bool write_workspace,
+                                                             int split, int k_split) {
   const int pairs = args.num_tokens * args.top_k;
-  int* pair_experts = reinterpret_cast<int*>(smem);
+  const int warps = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  auto* candidates = reinterpret_cast<uint2*>(smem);
+  int* pair_experts = reinterpret_cast<int*>(smem + select_scratch_bytes(warps, args.top_k));
   float* pair_weights = reinterpret_cast<float*>(pair_experts + kSmallBatchPairs);
   int* sorted_pairs = pair_experts + 2 * kSmallBatchPairs;
   int* pair_rows = pair_experts + 3 * kSmallBatchPairs;
   int* mine = pair_rows + kSmallBatchPairs;   // the CTA's expert, first row, row count
   int* counts = mine + kSmallRouteOwnWords;   // [E], [E + 1]: the workspace writer's scratch
-  const int warp = threadIdx.x / 32, warps = blockDim.x / 32, lane = threadIdx.x % 32;
-  for (int token = warp; token < args.num_tokens; token += warps) {
-    select_token_experts(args.route_logits, token, args.num_experts, args.top_k, pair_experts, pair_weights);
-  }
+  select_batch_experts(args.route_logits, args.num_tokens, args.num_experts, args.top_k, pair_experts, pair_weights,
+                       router, nullptr, candidates);
   if (threadIdx.x == 0) mine[0] = -1, mine[1] = mine[2] = 0;  // no expert, unless warp 0 finds one
   __syncthreads();
   if (warp == 0) rank_small_batch(pair_experts, pairs, slot, pair_rows, sorted_pairs, mine);

@@ -87,6 +87,10 @@ struct LayerArgs {
   // 0 where some does not, or it is not known. (Not in ExpertGemmArgs: the fused layer copies
   // those to shared memory, and one more word there makes ptxas spill its sm_120a FC1 loop.)
   int scales_one_multiply[2];
+  // How the stages' route_logits route (the layer's router), for the families that route a small
+  // batch themselves: the GEMV takes it as a kernel argument of its own. (Not in ExpertGemmArgs:
+  // four words more there made ptxas spill 32 more bytes in the fused layer's sm_100a FC1 loop.)
+  RouterMath router;
 };
 
 // The schedule's length for E experts and H hidden rows (every FC2 column group has >= 16 rows).

@@ -47,7 +47,8 @@ class GemvFamily final : public KernelFamily {
     const int own =
         kernels::gemv_smem_bytes(t.tile_tokens, staged_rows, shape.k_tiles(), t.k_split, t.warps_rows, t.warps_k);
     if (!routes_itself) return own;
-    return kernels::small_route_offset(own) + kernels::small_route_bytes(shape.layer.num_experts);
+    return kernels::small_route_offset(own) +
+           kernels::small_route_bytes(shape.layer.num_experts, t.warps_rows * t.warps_k, shape.layer.top_k);
   }
 
   KernelInstantiation instantiation(const Tactic& t) const override {
@@ -64,6 +65,15 @@ class GemvFamily final : public KernelFamily {
     LaunchGeometry g = gemv_style_block(*this, t, shape, num_tokens, routes_itself);
     g.grid = column_group_grid(t, shape, num_tokens);
     return g;
+  }
+
+  // The kernel takes the layer's router beside its stage's arguments (a batch routes itself).
+  void launch(const ExpertLaunch& l, const kernels::LayerArgs& args, cudaStream_t stream) const override {
+    kernels::ExpertGemmArgs stage_args = stage_arguments(l, args);
+    int k_split = l.tactic.k_split;
+    kernels::RouterMath router = args.router;
+    void* params[] = {&stage_args, &k_split, &router};
+    launch_kernel(l, params, stream);
   }
 
  protected:

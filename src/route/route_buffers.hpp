@@ -34,6 +34,15 @@ constexpr int kSmallBatchPairs = 32;
 // (route_kernels.cuh, permutes_in_one_warp).
 constexpr int kOneWarpPermutePairs = 64;
 
+// Shared memory of a CTA's top-k over a small batch (small_batch_routing.cuh,
+// select_batch_experts): a candidate (rank, expert) per slot of each warp.
+#if defined(__CUDACC__)
+__host__ __device__
+#endif
+constexpr int select_scratch_bytes(int warps, int top_k) {
+  return 8 * warps * top_k;
+}
+
 // How a router ranks the experts and weighs the k it picks (layer_spec.hpp's RouterKind, for the
 // logits it routes from). Softmax (gpt-oss): ranks by the logit, weights the softmax over the k
 // picked. Sqrt-softplus (DeepSeek-V4): scores s = sqrt(softplus(l)), ranks by s + selection_bias[e],

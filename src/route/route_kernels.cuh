@@ -86,21 +86,20 @@ __global__ void __launch_bounds__(kLogitWarps * 32)
 }
 
 // One token's top-k as local experts into experts[token k + s] and weights[token k + s], slot s by
-// lane s: from the logits (top-k + softmax over the routed experts) or the caller's ids and
-// weights, then through the map to local experts (RouteInput). Call with one whole warp.
+// lane s: from the logits (top-k and weights as RouterMath says) or the caller's ids and weights,
+// then through the map to local experts (RouteInput). Call with one whole warp.
 __device__ __forceinline__ void route_token(const RouteInput& in, int token, int top_k, int* experts, float* weights) {
-  const int lane = threadIdx.x % 32, pair = token * top_k + lane;
-  int expert = -1;
   if (in.logits) {
-    select_token_experts(in.logits, token, in.routed_experts, top_k, experts, weights, in.router);
-    if (lane < top_k) expert = experts[pair];  // this lane's own store
-  } else if (lane < top_k) {
-    const long long id = in.ids_int64 ? static_cast<const long long*>(in.topk_ids)[pair]
-                                      : static_cast<const int*>(in.topk_ids)[pair];
-    expert = id >= 0 && id < in.routed_experts ? static_cast<int>(id) : -1;
-    weights[pair] = in.topk_weights[pair];
+    select_token_experts(in.logits, token, in.routed_experts, top_k, experts, weights, in.router, in.local_experts);
+    return;
   }
-  if (lane < top_k) experts[pair] = expert >= 0 && in.local_experts ? in.local_experts[expert] : expert;
+  const int lane = threadIdx.x % 32, pair = token * top_k + lane;
+  if (lane >= top_k) return;
+  const long long id = in.ids_int64 ? static_cast<const long long*>(in.topk_ids)[pair]
+                                    : static_cast<const int*>(in.topk_ids)[pair];
+  const int expert = id >= 0 && id < in.routed_experts ? static_cast<int>(id) : -1;
+  weights[pair] = in.topk_weights[pair];
+  experts[pair] = expert >= 0 && in.local_experts ? in.local_experts[expert] : expert;
 }
 
 constexpr int kSelectWarps = 8;  // tokens per CTA, one per warp
@@ -114,7 +113,7 @@ __global__ void __launch_bounds__(kSelectWarps * 32)
 }
 
 constexpr int kPermuteThreads = 1024;
-// The one CTA routes each token with one warp, so past 32 tokens a warp's tokens queue and the one
+// The one CTA routes each token with at least one warp, so past 32 tokens a warp's tokens queue and the one
 // launch grows with T, where the top-k launch and the permutation cost about the same at any T: so
 // batches of up to 64 tokens take the one launch, larger ones the two (docs/performance.md, "The
 // heuristic's decisions").
@@ -122,14 +121,21 @@ constexpr int kFusedRouteTokens = 64;
 constexpr int kFusedRoutePairs = 1024;  // and at most this many pairs (the launcher checks both)
 constexpr int kPermuteSmemBytes = 48 * 1024;
 
-// Shared memory of the permutation besides its histograms: offsets [E + 1] and counts [E], and on
-// the fused path each pair's expert and rank [pairs] x 2.
+// The scratch of the CTA-wide top-k and scan over experts (select_batch_experts's candidates for 32
+// warps of top-8, scan_experts's warp totals), at the start of the permutation's shared memory.
+constexpr int kPermuteScratchBytes = select_scratch_bytes(kPermuteThreads / 32, 8);
+static_assert(kPermuteScratchBytes >= kExpertScanScratchBytes, "the scan's scratch shares the top-k's");
+
+// Shared memory of the permutation besides its histograms: the scratch, offsets [E + 1] and counts
+// [E], and on the fused path each pair's expert and rank [pairs] x 2.
 __host__ __device__ inline int permute_fixed_smem(int num_experts, int smem_pairs) {
-  return 4 * (2 * num_experts + 1) + 8 * smem_pairs;
+  return kPermuteScratchBytes + 4 * (2 * num_experts + 1) + 8 * smem_pairs;
 }
 
-// A fused batch of at most kOneWarpPermutePairs pairs and 32 tokens (one warp each for the top-k)
-// is permuted by one warp.
+// A fused batch of at most kOneWarpPermutePairs pairs and 32 tokens is counted by one warp; the
+// launcher gives it a warp per token and at least kSmallPermuteWarps, among which a token's top-k
+// and the scan over experts are split.
+constexpr int kSmallPermuteWarps = 8;
 __host__ __device__ inline bool permutes_in_one_warp(int num_tokens, int top_k) {
   return num_tokens <= 32 && num_tokens * top_k <= kOneWarpPermutePairs;
 }
@@ -145,7 +151,8 @@ __host__ __device__ inline int permute_segments(int num_experts, int num_pairs, 
 }
 
 // The expert-sorted permutation, in one CTA; with logits or a given top-k in `in` it first routes
-// every token itself (one launch fewer for small batches: at most kFusedRouteTokens, 2 tokens per warp) and
+// every token itself (one launch fewer for small batches: at most kFusedRouteTokens, 2 tokens per warp,
+// or a token's experts split over several warps where there are fewer tokens than warps) and
 // keeps each pair's expert and rank in shared memory, so that no step waits on a global-memory
 // round trip of its own CTA's writes. Warp w owns a contiguous segment of pairs and counts
 // them per expert in hist[w][*] (pairs that go to no expert are not counted), ranking pairs of the same expert within each 32-pair chunk by lane
@@ -156,7 +163,9 @@ __host__ __device__ inline int permute_segments(int num_experts, int num_pairs, 
 // latency term (microseconds), not a bandwidth one.
 __global__ void __launch_bounds__(kPermuteThreads)
     permute_kernel(RouteInput in, int num_tokens, int num_experts, int top_k, RouteBuffers route) {
-  int* smem = reinterpret_cast<int*>(dynamic_smem());
+  auto* candidates = reinterpret_cast<uint2*>(dynamic_smem());  // the scratch: the top-k's, then the scan's
+  int* scan_scratch = reinterpret_cast<int*>(dynamic_smem());
+  int* smem = reinterpret_cast<int*>(dynamic_smem() + kPermuteScratchBytes);
   wait_for_prerequisite_grids();  // the logits or given top-k, or the top-k of select_experts_kernel
   allow_dependent_grids();
   const int num_pairs = num_tokens * top_k;
@@ -172,15 +181,24 @@ __global__ void __launch_bounds__(kPermuteThreads)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const unsigned lanes_below = (1u << lane) - 1u;
   for (int i = threadIdx.x; i < route.schedule_words; i += blockDim.x) route.schedule[i] = 0;
-  if (fused) {
+  if (in.logits) {
+    select_batch_experts(in.logits, num_tokens, in.routed_experts, top_k, pair_experts, route.topk_weights, in.router,
+                         in.local_experts, candidates);
+  } else if (in.topk_ids) {
     for (int token = warp; token < num_tokens; token += blockDim.x / 32) {
       route_token(in, token, top_k, pair_experts, route.topk_weights);
     }
   }
   if (fused && permutes_in_one_warp(num_tokens, top_k)) {
-    // A small batch (the launcher gives it one warp per token): one barrier, then warp 0 permutes.
-    __syncthreads();  // the selected experts
-    if (warp == 0) permute_small_batch(pair_experts, num_pairs, num_experts, counts, offsets, route);
+    // A small batch: warp 0 counts its pairs, the CTA scans the experts, warp 0 writes the rows.
+    for (int e = threadIdx.x; e < num_experts; e += blockDim.x) counts[e] = 0;
+    __syncthreads();  // the selected experts and the zeroed counts
+    SmallBatchPairs pairs;
+    if (warp == 0) pairs = count_small_batch(pair_experts, num_pairs, counts);
+    __syncthreads();  // the counts
+    scan_experts<true>(counts, offsets, num_experts, route, scan_scratch);
+    __syncthreads();  // the offsets
+    if (warp == 0) write_small_batch_rows(pairs, num_pairs, offsets, route);
     return;
   }
   for (int i = threadIdx.x; i < segments * num_experts; i += blockDim.x) hist[i] = 0;
@@ -218,7 +236,7 @@ __global__ void __launch_bounds__(kPermuteThreads)
   }
   __syncthreads();
 
-  if (warp == 0) scan_experts(counts, offsets, num_experts, route);
+  scan_experts<true>(counts, offsets, num_experts, route, scan_scratch);
   __syncthreads();
 
   if (warp < segments) {

@@ -1,8 +1,8 @@
-// Routing that one warp can do: a token's top-k with the softmax over it, the scans over experts,
-// and the whole expert-sorted permutation of a batch of at most kOneWarpPermutePairs pairs. The routing
-// kernels use it, and so do the GEMV kernels and the un-permute, which route a small batch
-// themselves when no routing kernel ran (expert_gemm.cuh): NVRTC compiles it too, so no toolkit
-// headers.
+// Routing of a small batch by one warp or one CTA: a token's top-k and its weights (its experts
+// split over warps where the CTA has more warps than tokens), the scans over experts, and the whole
+// expert-sorted permutation of a batch of at most kOneWarpPermutePairs pairs. The routing kernels
+// use it, and so do the GEMV kernels and the un-permute, which route a small batch themselves when
+// no routing kernel ran (expert_gemm.cuh): NVRTC compiles it too, so no toolkit headers.
 #pragma once
 
 #include "kernels/device_utils.cuh"
@@ -31,53 +31,94 @@ __device__ __forceinline__ float rank_key(const RouterMath& router, float logit,
   return router.sqrt_softplus ? sqrt_softplus(logit) + router.selection_bias[e] : logit;
 }
 
-// Top-k over one token's logits and the weights of the k selected (RouterMath), by one warp. Round
-// s takes the best entry ranked after round s-1's pick, so nothing needs marking: each lane its own best,
-// then the warp's by two reductions (the highest rank, then the lowest expert holding it). Lane s
-// keeps slot s. Writes experts[token k + s] and weights[token k + s] (workspace or shared).
-// Budget: reads E 4 bytes once (all loads in flight together); k rounds of E / 32 compares and
-// three warp-wide steps. kHeld: logits a lane keeps in registers (it rereads any past 32 kHeld);
-// select_token_experts below picks the fewest that hold E, so that no compare is issued for an
-// expert that does not exist (the routing kernel runs every token's top-k on one SM).
-template <int kHeld>
-__device__ __forceinline__ void select_token_experts_held(const float* logits, int token, int num_experts, int top_k,
-                                                          int* experts, float* weights, const RouterMath& router) {
+// A lane's pick of a top-k: the expert (kNoPick where fewer than k experts remain) and its rank.
+constexpr int kNoPick = 0x7FFFFFFF;
+struct Pick {
+  int expert;
+  unsigned rank;
+};
+
+// The k best of the (rank, expert) pairs a warp holds, by one warp: round s takes the best pair
+// ranked after round s-1's pick (higher rank first, then the lower expert), so nothing needs
+// marking; each lane its own best, then the warp's by two reductions. Lane l holds rank[i] of
+// expert_of(i); a pair of rank 0 (below every key's) is none, and at least k pairs must have a
+// rank above 0. `rescore(consider)` calls consider(rank, expert) for pairs the lanes do not hold
+// (every round). Lane s < k gets pick s.
+// Budget: k rounds of kHeld compares and two warp-wide reductions.
+template <int kHeld, typename ExpertOf, typename Rescore>
+__device__ __forceinline__ Pick warp_top_k(const unsigned (&rank)[kHeld], ExpertOf expert_of, int top_k,
+                                           Rescore rescore) {
   const int lane = threadIdx.x % 32;
-  const float* row = logits + static_cast<long long>(token) * num_experts;
-  float held[kHeld];  // rank keys
-#pragma unroll
-  for (int i = 0; i < kHeld; ++i) {
-    const int e = lane + 32 * i;
-    held[i] = e < num_experts ? rank_key(router, row[e], e) : 0.0f;
-  }
   unsigned previous_rank = 0xFFFFFFFFu;
   int previous_expert = -1;
-  int my_expert = -1;
+  Pick mine{kNoPick, 0};
   for (int slot = 0; slot < top_k; ++slot) {
     unsigned best_rank = 0;  // below every key's rank: this lane has no candidate
-    int best_expert = num_experts;
-    auto consider = [&](float key, int e) {
-      const unsigned rank = logit_rank(key);
-      const bool after_previous = rank < previous_rank || (rank == previous_rank && e > previous_expert);
-      if (after_previous && (rank > best_rank || (rank == best_rank && e < best_expert))) {
-        best_rank = rank;
+    int best_expert = kNoPick;
+    auto consider = [&](unsigned r, int e) {
+      const bool after_previous = r < previous_rank || (r == previous_rank && e > previous_expert);
+      if (after_previous && (r > best_rank || (r == best_rank && e < best_expert))) {
+        best_rank = r;
         best_expert = e;
       }
     };
 #pragma unroll
-    for (int i = 0; i < kHeld; ++i) {
-      if (lane + 32 * i < num_experts) consider(held[i], lane + 32 * i);
-    }
-    for (int e = lane + 32 * kHeld; e < num_experts; e += 32) consider(rank_key(router, row[e], e), e);
+    for (int i = 0; i < kHeld; ++i) consider(rank[i], expert_of(i));
+    rescore(consider);
     const unsigned top_rank = __reduce_max_sync(0xffffffffu, best_rank);
     const int top_expert = static_cast<int>(
         __reduce_min_sync(0xffffffffu, best_rank == top_rank ? static_cast<unsigned>(best_expert) : 0xFFFFFFFFu));
     previous_rank = top_rank;
     previous_expert = top_expert;
-    if (lane == slot) my_expert = top_expert;
+    if (lane == slot) mine = Pick{top_expert, top_rank};
   }
-  // The raw logit of this lane's pick (L1: the row was just read): a NaN logit makes NaN weights,
-  // as in the reference.
+  return mine;
+}
+
+// The k best experts of one token's logits `row` among experts first + lane + stride i (a slice
+// when several warps share the token, stride 32 x warps), as RouterMath ranks them, by one warp.
+// kHeld: ranks a lane keeps in registers; it rescores any past them every round. The slice must
+// hold at least k experts.
+// Budget: reads the slice's E / (stride / 32) logits once (all loads in flight together) and scores
+// each once; then warp_top_k.
+template <int kHeld>
+__device__ __forceinline__ Pick slice_top_k_held(const float* row, int num_experts, int first, int stride, int top_k,
+                                                 const RouterMath& router) {
+  const int lane = threadIdx.x % 32;
+  unsigned rank[kHeld];
+#pragma unroll
+  for (int i = 0; i < kHeld; ++i) {
+    const int e = first + lane + stride * i;
+    rank[i] = e < num_experts ? logit_rank(rank_key(router, row[e], e)) : 0u;
+  }
+  const auto expert_of = [&](int i) { return first + lane + stride * i; };
+  return warp_top_k(rank, expert_of, top_k, [&](auto& consider) {
+    for (int e = first + lane + stride * kHeld; e < num_experts; e += stride) {
+      consider(logit_rank(rank_key(router, row[e], e)), e);
+    }
+  });
+}
+
+// slice_top_k_held with the fewest held ranks per lane that cover the slice (at most 8, as many as
+// the GEMVs' register budgets hold without spilling: past 256 experts a slice rescores the rest
+// every round). Not inlined: inlined copies raised the 16-token GEMV past 128 registers (one CTA
+// per SM).
+__device__ __noinline__ Pick slice_top_k(const float* row, int num_experts, int first, int stride, int top_k,
+                                         RouterMath router) {
+  const int per_lane = (num_experts - first + stride - 1) / stride;
+  if (per_lane <= 1) return slice_top_k_held<1>(row, num_experts, first, stride, top_k, router);
+  if (per_lane <= 2) return slice_top_k_held<2>(row, num_experts, first, stride, top_k, router);
+  if (per_lane <= 4) return slice_top_k_held<4>(row, num_experts, first, stride, top_k, router);
+  return slice_top_k_held<8>(row, num_experts, first, stride, top_k, router);
+}
+
+// Lane s < k of the warp holding a token's picks writes pick s (through `local_experts` where
+// given) and its weight: the softmax over the k picked logits, or the picked scores over their sum
+// times routed_scaling (RouterMath), into experts[token k + s] and weights[token k + s]. The raw
+// logit is reread (L1: the row was just read): a NaN logit makes NaN weights, as in the reference.
+__device__ __forceinline__ void write_token_picks(const float* row, int token, int top_k, int my_expert, int* experts,
+                                                  float* weights, const RouterMath& router, const int* local_experts) {
+  const int lane = threadIdx.x % 32;
   const float my_logit = lane < top_k ? row[my_expert] : 0.0f;
   float e;
   if (router.sqrt_softplus) {
@@ -89,34 +130,95 @@ __device__ __forceinline__ void select_token_experts_held(const float* logits, i
   float sum = e;
   for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
   if (lane < top_k) {
-    experts[token * top_k + lane] = my_expert;
+    experts[token * top_k + lane] = local_experts ? local_experts[my_expert] : my_expert;
     weights[token * top_k + lane] = router.sqrt_softplus ? e / sum * router.routed_scaling : e / sum;
   }
 }
 
-// select_token_experts_held with the fewest held logits per lane that cover E (8 past 256). Not
-// inlined: four inlined copies raised the 16-token GEMV past 128 registers (one CTA per SM).
-__device__ __noinline__ void select_token_experts(const float* logits, int token, int num_experts, int top_k,
-                                                     int* experts, float* weights, RouterMath router = {}) {
-  if (num_experts <= 32) {
-    select_token_experts_held<1>(logits, token, num_experts, top_k, experts, weights, router);
-  } else if (num_experts <= 64) {
-    select_token_experts_held<2>(logits, token, num_experts, top_k, experts, weights, router);
-  } else if (num_experts <= 128) {
-    select_token_experts_held<4>(logits, token, num_experts, top_k, experts, weights, router);
-  } else {
-    select_token_experts_held<8>(logits, token, num_experts, top_k, experts, weights, router);
+// One token's top-k and weights (write_token_picks) by one warp.
+__device__ __forceinline__ void select_token_experts(const float* logits, int token, int num_experts, int top_k,
+                                                     int* experts, float* weights, const RouterMath& router,
+                                                     const int* local_experts = nullptr) {
+  const float* row = logits + static_cast<long long>(token) * num_experts;
+  const Pick pick = slice_top_k(row, num_experts, 0, 32, top_k, router);
+  write_token_picks(row, token, top_k, pick.expert, experts, weights, router, local_experts);
+}
+
+// Warps per token when a CTA of `warps` warps selects `num_tokens` tokens' top-k
+// (select_batch_experts): the most, a power of two, that the CTA has for every token, with at
+// least 32 experts per warp and at most 64 candidates to merge; 1 where the keys are the logits
+// themselves (`scored` false: softmax), which cost a lane a few instructions per expert, less than
+// the split's barrier and second set of rounds.
+__host__ __device__ inline int select_group(int warps, int num_tokens, int num_experts, int top_k, bool scored) {
+  if (!scored) return 1;
+  int group = 1;
+  while (2 * group * num_tokens <= warps && 2 * group * 32 <= num_experts && 2 * group * top_k <= 64) group *= 2;
+  return group;
+}
+
+// Every token's top-k and weights (write_token_picks) by the whole CTA. With more warps than
+// tokens and scored keys, a token's experts are split over a group of warps (select_group): each
+// picks its slice's k best into `candidates` (shared, select_scratch_bytes), and after a barrier
+// the token's own warp picks the k best of the group's. This cuts the latency of a 1-token batch,
+// which one warp would score and rank alone (a sqrt-softplus score costs ~70 instructions). Every
+// thread of the CTA calls it, with the same arguments; the caller synchronises before reading the
+// picks.
+// Budget: per token E logits read and scored once, k rounds over E / (32 group) + 2 group k / 64
+// ranks per lane.
+__device__ __forceinline__ void select_batch_experts(const float* logits, int num_tokens, int num_experts, int top_k,
+                                                     int* experts, float* weights, const RouterMath& router,
+                                                     const int* local_experts, uint2* candidates) {
+  const int warps = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int group = select_group(warps, num_tokens, num_experts, top_k, router.sqrt_softplus != 0);
+  if (group == 1) {
+    for (int token = warp; token < num_tokens; token += warps) {
+      select_token_experts(logits, token, num_experts, top_k, experts, weights, router, local_experts);
+    }
+    return;
+  }
+  const int token = warp / group, part = warp % group;
+  if (token < num_tokens) {
+    const float* row = logits + static_cast<long long>(token) * num_experts;
+    const Pick pick = slice_top_k(row, num_experts, 32 * part, 32 * group, top_k, router);
+    if (lane < top_k) candidates[warp * top_k + lane] = uint2{pick.rank, static_cast<unsigned>(pick.expert)};
+  }
+  __syncthreads();  // the candidates
+  if (warp < num_tokens) {
+    const uint2* mine = candidates + warp * group * top_k;
+    const int count = group * top_k;  // at most 64
+    unsigned rank[2];
+    int expert[2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const uint2 c = lane + 32 * i < count ? mine[lane + 32 * i] : uint2{0u, static_cast<unsigned>(kNoPick)};
+      rank[i] = c.x;
+      expert[i] = static_cast<int>(c.y);
+    }
+    const Pick pick = warp_top_k(rank, [&](int i) { return expert[i]; }, top_k, [](auto&) {});
+    write_token_picks(logits + static_cast<long long>(warp) * num_experts, warp, top_k, pick.expert, experts, weights,
+                      router, local_experts);
   }
 }
 
-// Warp-wide exclusive scans over experts of `counts` (shared memory): each expert's first sorted
-// row (into `offsets` [E + 1], shared, and the workspace), its count, the active list and each
-// tile size's tile offsets (workspace). Call with one whole warp.
-__device__ __forceinline__ void scan_experts(const int* counts, int* offsets, int num_experts, const RouteBuffers& route) {
+// Exclusive scans over experts of `counts` (shared memory): each expert's first sorted row (into
+// `offsets` [E + 1], shared, and the workspace), its count, the active list and each tile size's
+// tile offsets (workspace). Each thread takes a contiguous chunk of experts. kWholeCta: by every
+// thread of the CTA (it synchronises), the warps' totals meeting in `scratch` (shared,
+// kExpertScanScratchBytes), so that a CTA of 8 warps scans 256 experts one per thread; else by one
+// whole warp (each lane E / 32 experts, one after the other).
+// Budget: E / threads experts per thread, each ~11 stores; 2 + kTileSizeCount warp scans (5
+// shuffles each, all in flight together), and with kWholeCta two barriers and one more warp scan.
+constexpr int kExpertSums = 2 + kTileSizeCount;
+constexpr int kExpertScanScratchBytes = 4 * 32 * kExpertSums;
+template <bool kWholeCta>
+__device__ __forceinline__ void scan_experts(const int* counts, int* offsets, int num_experts, const RouteBuffers& route,
+                                             int* scratch = nullptr) {
   const int lane = threadIdx.x % 32;
-  const int per_lane = (num_experts + 31) / 32;
-  const int first = lane * per_lane, last = min(num_experts, first + per_lane);
-  int sums[2 + kTileSizeCount] = {};
+  const int threads = kWholeCta ? static_cast<int>(blockDim.x) : 32;
+  const int index = kWholeCta ? static_cast<int>(threadIdx.x) : lane;
+  const int per_thread = (num_experts + threads - 1) / threads;
+  const int first = min(num_experts, index * per_thread), last = min(num_experts, first + per_thread);
+  int sums[kExpertSums] = {};
   for (int e = first; e < last; ++e) {
     const int c = counts[e];
     sums[0] += c;
@@ -124,33 +226,60 @@ __device__ __forceinline__ void scan_experts(const int* counts, int* offsets, in
 #pragma unroll
     for (int i = 0; i < kTileSizeCount; ++i) sums[2 + i] += (c + tile_size(i) - 1) / tile_size(i);
   }
+  auto warp_exclusive_scan = [&](int (&v)[kExpertSums]) {
 #pragma unroll
-  for (int q = 0; q < 2 + kTileSizeCount; ++q) {
-    int inclusive = sums[q];
-    for (int offset = 1; offset < 32; offset *= 2) {
-      const int up = __shfl_up_sync(0xffffffffu, inclusive, offset);
-      if (lane >= offset) inclusive += up;
+    for (int q = 0; q < kExpertSums; ++q) {
+      int inclusive = v[q];
+      for (int offset = 1; offset < 32; offset *= 2) {
+        const int up = __shfl_up_sync(0xffffffffu, inclusive, offset);
+        if (lane >= offset) inclusive += up;
+      }
+      v[q] = inclusive - v[q];
     }
-    sums[q] = inclusive - sums[q];  // exclusive prefix of this lane's chunk
+  };
+  int before[kExpertSums];  // exclusive prefix of this thread's chunk
+#pragma unroll
+  for (int q = 0; q < kExpertSums; ++q) before[q] = sums[q];
+  warp_exclusive_scan(before);
+  if constexpr (kWholeCta) {
+    const int warp = threadIdx.x / 32, warps = blockDim.x / 32;
+    if (lane == 31) {
+#pragma unroll
+      for (int q = 0; q < kExpertSums; ++q) scratch[warp * kExpertSums + q] = before[q] + sums[q];
+    }
+    __syncthreads();  // every warp's totals
+    if (warp == 0) {
+      int totals[kExpertSums];
+#pragma unroll
+      for (int q = 0; q < kExpertSums; ++q) totals[q] = lane < warps ? scratch[lane * kExpertSums + q] : 0;
+      warp_exclusive_scan(totals);
+#pragma unroll
+      for (int q = 0; q < kExpertSums; ++q) {
+        if (lane < warps) scratch[lane * kExpertSums + q] = totals[q];
+      }
+    }
+    __syncthreads();  // every warp's prefix
+#pragma unroll
+    for (int q = 0; q < kExpertSums; ++q) before[q] += scratch[warp * kExpertSums + q];
   }
   for (int e = first; e < last; ++e) {
     const int c = counts[e];
     route.expert_counts[e] = c;
-    offsets[e] = sums[0];
-    route.expert_offsets[e] = sums[0];
-    sums[0] += c;
-    if (c > 0) route.active_experts[sums[1]++] = e;
+    offsets[e] = before[0];
+    route.expert_offsets[e] = before[0];
+    before[0] += c;
+    if (c > 0) route.active_experts[before[1]++] = e;
 #pragma unroll
     for (int i = 0; i < kTileSizeCount; ++i) {
-      route.tile_offsets[i * (num_experts + 1) + e] = sums[2 + i];
-      sums[2 + i] += (c + tile_size(i) - 1) / tile_size(i);
+      route.tile_offsets[i * (num_experts + 1) + e] = before[2 + i];
+      before[2 + i] += (c + tile_size(i) - 1) / tile_size(i);
     }
   }
-  if (lane == 31) {
-    offsets[num_experts] = sums[0];
-    route.expert_offsets[num_experts] = sums[0];
-    route.active_experts[num_experts] = sums[1];
-    for (int i = 0; i < kTileSizeCount; ++i) route.tile_offsets[i * (num_experts + 1) + num_experts] = sums[2 + i];
+  if (index == threads - 1) {  // its prefix and chunk are every expert's
+    offsets[num_experts] = before[0];
+    route.expert_offsets[num_experts] = before[0];
+    route.active_experts[num_experts] = before[1];
+    for (int i = 0; i < kTileSizeCount; ++i) route.tile_offsets[i * (num_experts + 1) + num_experts] = before[2 + i];
   }
 }
 
@@ -170,40 +299,60 @@ __device__ __forceinline__ LanePair lane_pair(const int* pair_experts, int first
   return p;
 }
 
-// The permutation of a batch of at most kOneWarpPermutePairs (64) pairs by one warp, after every
-// pair's expert (-1: none) is in `pair_experts` (its top-k, visible to the warp): lane l holds pairs l and
+// A batch of at most kOneWarpPermutePairs (64) pairs, after every pair's expert (-1: none) is in
+// `pair_experts` (its top-k, visible to the warp), held by one warp: lane l holds pairs l and
 // 32 + l, so a pair's rank among its expert's pairs is a match.any away, plus the expert's count
-// in the step before. Writes the counts, offsets, active list and tile offsets, then the sorted
-// rows, into `route`; `counts` [E] and `offsets` [E + 1] are the warp's shared scratch. Call with
-// one whole warp.
-__device__ __forceinline__ void permute_small_batch(const int* pair_experts, int num_pairs, int num_experts,
-                                                    int* counts, int* offsets, const RouteBuffers& route) {
-  constexpr int kSteps = kOneWarpPermutePairs / 32;
-  const int lane = threadIdx.x % 32;
-  for (int e = lane; e < num_experts; e += 32) counts[e] = 0;
-  __syncwarp();
-  int experts[kSteps], ranks[kSteps];
+// in the step before. count_small_batch adds every pair to `counts` [E] (shared, zeroed before)
+// and returns the lane's pairs' experts and ranks; after the scan over experts has put each
+// expert's first row in `offsets`, write_small_batch_rows writes each pair's sorted row. Call each
+// with one whole warp.
+constexpr int kSmallBatchSteps = kOneWarpPermutePairs / 32;
+struct SmallBatchPairs {
+  int experts[kSmallBatchSteps];
+  int ranks[kSmallBatchSteps];
+};
+
+__device__ __forceinline__ SmallBatchPairs count_small_batch(const int* pair_experts, int num_pairs, int* counts) {
+  SmallBatchPairs pairs;
 #pragma unroll
-  for (int s = 0; s < kSteps; ++s) {
+  for (int s = 0; s < kSmallBatchSteps; ++s) {
     const LanePair p = lane_pair(pair_experts, 32 * s, num_pairs);
-    experts[s] = p.expert;
+    pairs.experts[s] = p.expert;
     const int before = p.expert >= 0 ? counts[p.expert] : 0;
     __syncwarp();
-    ranks[s] = before + p.rank;
+    pairs.ranks[s] = before + p.rank;
     if (p.expert >= 0 && p.rank == 0) counts[p.expert] = before + __popc(p.peers);
     __syncwarp();
   }
-  scan_experts(counts, offsets, num_experts, route);
-  __syncwarp();
+  return pairs;
+}
+
+__device__ __forceinline__ void write_small_batch_rows(const SmallBatchPairs& pairs, int num_pairs, const int* offsets,
+                                                       const RouteBuffers& route) {
+  const int lane = threadIdx.x % 32;
 #pragma unroll
-  for (int s = 0; s < kSteps; ++s) {
+  for (int s = 0; s < kSmallBatchSteps; ++s) {
     const int pair = 32 * s + lane;
     if (pair >= num_pairs) continue;
-    const int row = experts[s] < 0 ? -1 : offsets[experts[s]] + ranks[s];  // -1: the pair goes to no expert
+    const int expert = pairs.experts[s];
+    const int row = expert < 0 ? -1 : offsets[expert] + pairs.ranks[s];  // -1: the pair goes to no expert
     if (row >= 0) route.sorted_pairs[row] = pair;
     route.pair_rows[pair] = row;
-    route.topk_experts[pair] = experts[s];
+    route.topk_experts[pair] = expert;
   }
+}
+
+// The whole permutation of such a batch by one warp: the counts, offsets, active list and tile
+// offsets, then the sorted rows, into `route`; `counts` [E] and `offsets` [E + 1] are the warp's
+// shared scratch.
+__device__ __forceinline__ void permute_small_batch(const int* pair_experts, int num_pairs, int num_experts,
+                                                    int* counts, int* offsets, const RouteBuffers& route) {
+  for (int e = threadIdx.x % 32; e < num_experts; e += 32) counts[e] = 0;
+  __syncwarp();
+  const SmallBatchPairs pairs = count_small_batch(pair_experts, num_pairs, counts);
+  scan_experts<false>(counts, offsets, num_experts, route);
+  __syncwarp();
+  write_small_batch_rows(pairs, num_pairs, offsets, route);
 }
 
 // Warp 0's part of a small batch's routing inside one CTA, after every pair's expert is in

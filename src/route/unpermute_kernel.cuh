@@ -21,7 +21,7 @@ constexpr int kUnpermuteSlots = 32;     // slots whose rows and weights are stag
 // (`route_logits` set) is routed again here, from the logits, also before the wait.
 __global__ void __launch_bounds__(kUnpermuteThreads)
     unpermute_kernel(const void* y, int bf16_rows, long long split_stride, int k_split, int hidden, int top_k,
-                     RouteBuffers route, __nv_bfloat16* out, const float* route_logits, int num_tokens,
+                     RouteBuffers route, __nv_bfloat16* out, const float* route_logits, RouterMath router, int num_tokens,
                      int num_experts) {
   __shared__ int rows[kUnpermuteSlots];
   __shared__ float weights[kUnpermuteSlots];
@@ -37,10 +37,10 @@ __global__ void __launch_bounds__(kUnpermuteThreads)
   if (route_logits) {  // at most kSmallBatchPairs pairs, so one chunk of slots
     __shared__ int pair_experts[kSmallBatchPairs], pair_rows[kSmallBatchPairs];
     __shared__ float pair_weights[kSmallBatchPairs];
+    __shared__ uint2 candidates[kUnpermuteThreads / 32 * 8];  // select_scratch_bytes for top-8
     const int warp = threadIdx.x / 32;
-    for (int t = warp; t < num_tokens; t += kUnpermuteThreads / 32) {
-      select_token_experts(route_logits, t, num_experts, top_k, pair_experts, pair_weights);
-    }
+    select_batch_experts(route_logits, num_tokens, num_experts, top_k, pair_experts, pair_weights, router, nullptr,
+                         candidates);
     __syncthreads();
     if (warp == 0) rank_small_batch(pair_experts, num_tokens * top_k, -1, pair_rows, nullptr, nullptr);
     __syncthreads();

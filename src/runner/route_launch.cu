@@ -1,5 +1,6 @@
 #include "runner/route_launch.hpp"
 
+#include <algorithm>
 #include <string>
 
 #include "device/cuda_check.hpp"
@@ -47,9 +48,9 @@ void launch_routing(const kernels::RouteInput& in, int num_tokens, int num_exper
   const int smem_pairs = routes ? num_tokens * top_k : 0;
   const int smem = kernels::permute_segments(num_experts, num_tokens * top_k, smem_pairs) * num_experts * 4 +
                    kernels::permute_fixed_smem(num_experts, smem_pairs);
-  // A fused small batch takes the one-warp path: one warp per token for the top-k.
+  // A fused small batch takes the one-warp path: a warp per token, and at least kSmallPermuteWarps.
   const bool small = routes && kernels::permutes_in_one_warp(num_tokens, top_k);
-  const int threads = small ? 32 * num_tokens : kernels::kPermuteThreads;
+  const int threads = small ? 32 * std::max(num_tokens, kernels::kSmallPermuteWarps) : kernels::kPermuteThreads;
   launch(reinterpret_cast<const void*>(kernels::permute_kernel), dim3(1), dim3(static_cast<unsigned>(threads)), args,
          smem, stream, "permutation launch");
 }
@@ -79,11 +80,12 @@ void launch_gather_quantize_rows(const __nv_bfloat16* x, int hidden, int top_k, 
 
 void launch_unpermute(const void* expert_out, bool bf16_rows, long long split_stride, int k_split, int hidden, int top_k,
                       int num_tokens, const kernels::RouteBuffers& route, __nv_bfloat16* out, const float* route_logits,
-                      int num_experts, cudaStream_t stream) {
+                      const kernels::RouterMath& router, int num_experts, cudaStream_t stream) {
   kernels::RouteBuffers r = route;
+  kernels::RouterMath math = router;
   int bf16 = bf16_rows;
-  void* args[] = {&expert_out, &bf16, &split_stride, &k_split, &hidden, &top_k,
-                  &r,           &out,  &route_logits, &num_tokens, &num_experts};
+  void* args[] = {&expert_out, &bf16,         &split_stride, &k_split,    &hidden,     &top_k,
+                  &r,           &out,          &route_logits, &math, &num_tokens, &num_experts};
   launch(reinterpret_cast<const void*>(kernels::unpermute_kernel),
          dim3(static_cast<unsigned>(num_tokens), blocks(hidden, 8 * kernels::kUnpermuteThreads)),
          dim3(kernels::kUnpermuteThreads), args, 0, stream, "un-permute launch");

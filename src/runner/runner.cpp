@@ -286,7 +286,8 @@ void MoeRunner::Impl::run(const __nv_bfloat16* x, const kernels::RouteInput& in,
       .num_tokens = num_tokens,
       .out = out,
       .schedule = route.schedule,
-      .scales_one_multiply = {weights.fc1_scales_one_multiply, weights.fc2_scales_one_multiply}};
+      .scales_one_multiply = {weights.fc1_scales_one_multiply, weights.fc2_scales_one_multiply},
+      .router = in.router};
   for (const ExpertLaunch& expert : launch.expert_launches) {
     expert.tactic.family->launch(expert, args, stream);
     // A whole-layer launch is FC1's and runs to the end: nothing follows it.
@@ -294,7 +295,7 @@ void MoeRunner::Impl::run(const __nv_bfloat16* x, const kernels::RouteInput& in,
   }
   if (!launch.unpermute_launch) return;
   launch_unpermute(expert_out, fc2_bf16, split_stride, launch.plan.fc2.k_split, shape.hidden, shape.top_k, num_tokens,
-                   route, out, route_logits, shape.num_experts, stream);
+                   route, out, route_logits, in.router, shape.num_experts, stream);
 }
 
 namespace {

@@ -174,7 +174,8 @@ TEST(GpuLayerRouting, TiesNanAndSignedZerosRankAsTheReference) {
 }
 
 // A small batch routes itself in the expert kernels when its FC1 grid is resident at once, and the
-// routing kernel runs otherwise; the layer tests above run both ways (every tactic at T = 1-8).
+// routing kernel runs otherwise, whatever the layer's router; the layer tests above run both ways
+// (every tactic at T = 1-8, DeepSeek-V4's sqrt-softplus router at T = 1).
 TEST(GpuLayerRouting, SelfRoutedOnlyWhenFc1FitsOneWave) {
   MXMOE_REQUIRE_GPU();
   const auto& layer = test_layer(model_shape("gpt-oss-20b"), 17);
@@ -184,6 +185,9 @@ TEST(GpuLayerRouting, SelfRoutedOnlyWhenFc1FitsOneWave) {
   EXPECT_FALSE(layer.runner->routes_in_expert_kernels({gemv, gemv}, 8));  // 32 slots: 1440 CTAs
   EXPECT_FALSE(layer.runner->routes_in_expert_kernels({gemv, gemv}, 9));  // 36 pairs
   EXPECT_FALSE(layer.runner->routes_in_expert_kernels({fused, fused}, 1));
+  const auto& v4 = test_layer(MoeShape{24, 6, 256, 192, 1, deepseek_v4_spec(1.5f)}, 17);
+  EXPECT_TRUE(v4.runner->routes_in_expert_kernels({gemv, gemv}, 5));   // 30 pairs, one wave
+  EXPECT_FALSE(v4.runner->routes_in_expert_kernels({gemv, gemv}, 6));  // 36 pairs
 }
 
 TEST(GpuLayerRouter, LogitsFromTheRouterWeights) {
