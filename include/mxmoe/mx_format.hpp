@@ -60,18 +60,49 @@ void dequantize_mxfp8(std::span<const uint8_t> elements, std::span<const uint8_t
 // MXFP8 activations computes with.
 void round_to_mxfp8(std::span<float> values);
 
-// The activations' format in a layer's expert GEMMs: bf16, or MXFP8 (E4M3 elements, one E8M0 scale
-// per 32 along K) for FC1's input and for FC2's (the SwiGLU output).
-enum class ActivationFormat { kBf16, kMxfp8 };
-// "bf16", "mxfp8"; parse_activation_format throws Error naming the text for anything else.
+// FP8 activations as DeepSeek-V4's reference quantises them: per row, blocks of kFp8ActivationBlock
+// along K (the last one shorter where K is not a multiple), each with one power-of-two float scale
+// s = 2^ceil(log2(max(amax, 1e-4) * (1 / 448))) (the factor 1/448 rounded to float, as its kernel
+// multiplies), and elements x / s rounded to E4M3 (nearest even; |x / s| <= 448 by the scale's
+// choice, saturated where the float product rounds it just over). A block whose amax is not finite
+// decodes to NaN throughout. fp8_activation_scale gives s for a block's amax (>= 0 or NaN: NaN and
+// infinity give NaN); round_to_fp8_activations replaces a row by its decoded values.
+inline constexpr int kFp8ActivationBlock = 128;
+float fp8_activation_scale(float amax);
+void round_to_fp8_activations(std::span<float> row);
+
+// The activations' format in a layer's expert GEMMs: bf16, MXFP8 (E4M3 elements, one E8M0 scale per
+// 32 along K), or FP8 (E4M3 elements, one power-of-two float scale per 128 along K:
+// round_to_fp8_activations) for FC1's input and for FC2's (the SwiGLU output).
+enum class ActivationFormat { kBf16, kMxfp8, kFp8 };
+// "bf16", "mxfp8", "fp8"; parse_activation_format throws Error naming the text for anything else.
 inline const char* activation_format_name(ActivationFormat format) {
-  return format == ActivationFormat::kMxfp8 ? "mxfp8" : "bf16";
+  switch (format) {
+    case ActivationFormat::kMxfp8: return "mxfp8";
+    case ActivationFormat::kFp8: return "fp8";
+    case ActivationFormat::kBf16: break;
+  }
+  return "bf16";
 }
 inline ActivationFormat parse_activation_format(std::string_view name) {
   if (name == "bf16") return ActivationFormat::kBf16;
   if (name == "mxfp8") return ActivationFormat::kMxfp8;
-  throw Error("activation format '" + std::string(name) + "': expected bf16 or mxfp8");
+  if (name == "fp8") return ActivationFormat::kFp8;
+  throw Error("activation format '" + std::string(name) + "': expected bf16, mxfp8 or fp8");
 }
+// Rows of a layer's expert GEMM inputs rounded as `format` computes with: MXFP8 per 32
+// (round_to_mxfp8), FP8 per 128 (round_to_fp8_activations), bf16 left as they are. `values` holds
+// whole rows of `row_length` (a multiple of kMxBlock).
+void round_activation_rows(ActivationFormat format, std::span<float> values, int row_length);
+
+// The CPU model of turning an MXFP4 element into an E4M3 byte with its 32-block's scale folded in,
+// relative to the largest scale of its 128-block: the E4M3 nearest (even on ties) to
+// decode_e2m1(code) * 2^-shift, shift = (the 128-block's largest scale code) - (the element's
+// block's scale code) >= 0. Exact for every code while shift <= 8 (E4M3's subnormals reach 2^-9, and
+// E2M1's values are multiples of 2^-1 below 2^3); at shift 9 the codes 0.5 and 1.5 round (to 0 and
+// 2^-8), and past it more of them flush to zero.
+uint8_t e2m1_to_e4m3_shifted(uint8_t code, int shift);
+inline constexpr int kE2m1ToE4m3ExactShift = 8;
 
 // Hot-path helper for the reference: decode one packed MXFP4 block (16 bytes, one scale) into 32
 // floats.

@@ -54,9 +54,10 @@ inline constexpr double kMxfp8ActivationRelTolerance = 1e-1;
 struct ReferenceOptions {
   int threads = 0;  // 0: MXMOE_THREADS or all cores
   bool keep_intermediates = false;
-  // kMxfp8: each pair's FC1 input (its token's x) and FC2 input (the SwiGLU output) rounded to
-  // MXFP8 per 32 along K (round_to_mxfp8) before the GEMM, as a layer with MXFP8 activations
-  // computes; the router reads x as it is. `activation` then holds the rounded values.
+  // kMxfp8 / kFp8: each pair's FC1 input (its token's x) and FC2 input (the SwiGLU output)
+  // rounded to MXFP8 per 32 along K or to FP8 per 128 (round_activation_rows) before the GEMM, as
+  // a layer with those activations computes; the router reads x as it is. `activation` then holds
+  // the rounded values.
   ActivationFormat activations = ActivationFormat::kBf16;
 };
 
@@ -81,13 +82,16 @@ ReferenceResult reference_forward_routed(const MoeLayerWeights& weights, std::sp
                                          const ReferenceOptions& options = {});
 
 // A deliberately plain evaluation of the same layer: one thread, float64 everywhere, every weight
-// decoded element by element. Slow (about 0.1 s per token at the gpt-oss shape); for checks.
+// decoded element by element. Slow (about 0.1 s per token at the gpt-oss shape); for checks. With
+// `activations` other than bf16, each pair's FC1 and FC2 inputs are rounded as the reference rounds
+// them (round_activation_rows on the float of each float64 value), the rest staying float64.
 struct Float64Result {
   std::vector<int32_t> experts;  // [T, k]
   std::vector<double> weights;   // [T, k]
   std::vector<double> out;       // [T, H]
 };
-Float64Result evaluate_layer_f64(const MoeLayerWeights& weights, std::span<const Bf16> x, int num_tokens);
+Float64Result evaluate_layer_f64(const MoeLayerWeights& weights, std::span<const Bf16> x, int num_tokens,
+                                 ActivationFormat activations = ActivationFormat::kBf16);
 
 // ||a - b|| / ||b|| over all elements (0 when both are zero; infinity when b is zero and a is not;
 // NaN anywhere gives NaN, which fails every comparison).

@@ -62,7 +62,8 @@ enum class BlockScaledCheck { kOnSm12x, kAlways };
 struct RunnerOptions {
   // The activations of the runner's own plans (plan(), prepare(), forward() without a plan): bf16,
   // or MXFP8 (the block-scaled tiles), which costs accuracy (~5e-2 by norm at the gpt-oss shapes,
-  // docs/block-scaled.md) and is never chosen otherwise.
+  // docs/block-scaled.md) and is never chosen otherwise. FP8 (per-128 scales) is refused: only the
+  // CPU reference computes it so far.
   ActivationFormat activations = ActivationFormat::kBf16;
   BlockScaledCheck block_scaled_check = BlockScaledCheck::kOnSm12x;
   // Where the runner's weights (device_bytes()) and its load-time scratch come from; cudaMalloc

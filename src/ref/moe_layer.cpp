@@ -95,8 +95,7 @@ ReferenceResult reference_forward_routed(const MoeLayerWeights& weights, std::sp
   for (size_t p = 0; p < pairs; ++p) {
     for (int j = 0; j < h; ++j) x_pairs[p * h + j] = bf16_to_float(x[(p / k) * h + j]);
   }
-  const bool mxfp8 = options.activations == ActivationFormat::kMxfp8;
-  if (mxfp8) round_to_mxfp8(x_pairs);
+  round_activation_rows(options.activations, x_pairs, h);
   ReferenceResult result;
   result.fc1_out.resize(pairs * shape.fc1_rows());
   grouped_matmul(pairs_of_expert, weights.fc1_blocks, weights.fc1_scales, weights.fc1_bias, shape.fc1_rows(), h,
@@ -112,7 +111,7 @@ ReferenceResult reference_forward_routed(const MoeLayerWeights& weights, std::sp
           swiglu(spec.activation, h1[fc1_gate_row(spec.gate_up, j)], h1[fc1_up_row(spec.gate_up, i, j)]);
     }
   }
-  if (mxfp8) round_to_mxfp8(result.activation);
+  round_activation_rows(options.activations, result.activation, i);
   result.expert_out.resize(pairs * h);
   grouped_matmul(pairs_of_expert, weights.fc2_blocks, weights.fc2_scales, weights.fc2_bias, h, i, result.activation,
                  result.expert_out, options.threads);

@@ -54,7 +54,8 @@ void route_token(const LayerSpec& spec, std::span<const double> logits, std::spa
 
 }  // namespace
 
-Float64Result evaluate_layer_f64(const MoeLayerWeights& w, std::span<const Bf16> x, int num_tokens) {
+Float64Result evaluate_layer_f64(const MoeLayerWeights& w, std::span<const Bf16> x, int num_tokens,
+                                 ActivationFormat activations) {
   w.validate();
   const MoeShape& s = w.shape;
   if (s.spec.router == RouterKind::kCallerTopK) {
@@ -71,8 +72,11 @@ Float64Result evaluate_layer_f64(const MoeLayerWeights& w, std::span<const Bf16>
   r.weights.resize(r.experts.size());
   r.out.assign(static_cast<size_t>(num_tokens) * h, 0.0);
   std::vector<double> logits(e), h1(2 * i), act(i);
+  std::vector<float> x_rounded(h), act_rounded(i);  // the experts' inputs, as `activations` rounds them
   for (int t = 0; t < num_tokens; ++t) {
     auto xt = [&](int j) { return static_cast<double>(bf16_to_float(x[static_cast<size_t>(t) * h + j])); };
+    for (int j = 0; j < h; ++j) x_rounded[j] = static_cast<float>(xt(j));
+    round_activation_rows(activations, x_rounded, h);
     for (int ex = 0; ex < e; ++ex) {
       double acc = bias_at(w.router_bias, ex);
       for (int j = 0; j < h; ++j) acc += xt(j) * bf16_to_float(w.router_weight[static_cast<size_t>(ex) * h + j]);
@@ -88,11 +92,16 @@ Float64Result evaluate_layer_f64(const MoeLayerWeights& w, std::span<const Bf16>
       for (int row = 0; row < 2 * i; ++row) {
         const size_t global_row = static_cast<size_t>(local[ex]) * 2 * i + row;
         double acc = bias_at(w.fc1_bias, global_row);
-        for (int j = 0; j < h; ++j) acc += weight_at(w.fc1_blocks, w.fc1_scales, global_row, h, j) * xt(j);
+        for (int j = 0; j < h; ++j) acc += weight_at(w.fc1_blocks, w.fc1_scales, global_row, h, j) * x_rounded[j];
         h1[row] = acc;
       }
       for (int j = 0; j < i; ++j) {
         act[j] = swiglu(s.spec.activation, h1[fc1_gate_row(s.spec.gate_up, j)], h1[fc1_up_row(s.spec.gate_up, i, j)]);
+      }
+      if (activations != ActivationFormat::kBf16) {
+        for (int j = 0; j < i; ++j) act_rounded[j] = static_cast<float>(act[j]);
+        round_activation_rows(activations, act_rounded, i);
+        for (int j = 0; j < i; ++j) act[j] = act_rounded[j];
       }
       for (int row = 0; row < h; ++row) {
         const size_t global_row = static_cast<size_t>(local[ex]) * h + row;

@@ -119,6 +119,10 @@ MoeRunner::MoeRunner(const DeviceLayerTensors& tensors, const RunnerOptions& opt
 }
 
 void MoeRunner::Impl::init(const MoeShape& s, int routed, const RunnerOptions& runner_options) {
+  if (runner_options.activations == ActivationFormat::kFp8) {
+    throw Error("runner options: fp8 activations are computed by the CPU reference only: no kernel family takes "
+                "them yet; use bf16 or mxfp8");
+  }
   shape = s;
   options = runner_options;
   routed_experts = routed;

@@ -80,7 +80,7 @@ TunedPlans TunedPlans::load(const std::string& cache_dir, const std::string& dev
           tuned.entries_[static_cast<int>(activations)][tokens] = entry;
         } catch (const Error& bad) {
           warn_once("tuned table " + file + ": ignoring the plan for T = " + std::to_string(tokens) +
-                    (activations == ActivationFormat::kBf16 ? "" : " with MXFP8 activations") + " (" + bad.what() +
+                    (activations == ActivationFormat::kBf16 ? "" : std::string(" with ") + activation_format_name(activations) + " activations") + " (" + bad.what() +
                     ")");
         }
       }

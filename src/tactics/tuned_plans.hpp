@@ -43,7 +43,7 @@ class TunedPlans {
   }
 
  private:
-  std::map<int, TunedEntry> entries_[2];  // per activation format: token bucket -> entry
+  std::map<int, TunedEntry> entries_[3];  // per activation format (ActivationFormat): token bucket -> entry
 };
 
 }  // namespace mxmoe

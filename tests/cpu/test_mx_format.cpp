@@ -1,6 +1,7 @@
 // Exhaustive checks of the MX element and scale codecs against brute-force oracles.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -252,6 +253,84 @@ TEST(Mxfp8, RoundTripErrorIsWithinHalfAQuantum) {
     const float quantum = std::ldexp(1.0f, std::max(std::ilogb(scaled), -6) - 3);
     EXPECT_LE(std::fabs(decoded[i] - values[i]), 0.5f * quantum * scale) << i;
   }
+}
+
+// DeepSeek-V4's activation scale: the power of two at or above amax / 448 (from the float product
+// amax * (1/448), as its kernel computes it), amax floored at 1e-4; NaN for a non-finite amax.
+TEST(Fp8Activations, ScaleIsThePowerOfTwoAtOrAboveAmaxOver448) {
+  EXPECT_EQ(fp8_activation_scale(448.0f), 1.0f);
+  EXPECT_EQ(fp8_activation_scale(448.0f * 8.0f), 8.0f);
+  EXPECT_EQ(fp8_activation_scale(std::nextafter(448.0f, 1e9f)), 2.0f);
+  EXPECT_EQ(fp8_activation_scale(1.0f), std::ldexp(1.0f, -8));  // 1/448 lies in (2^-9, 2^-8]
+  EXPECT_EQ(fp8_activation_scale(0.0f), fp8_activation_scale(1e-4f));
+  EXPECT_EQ(fp8_activation_scale(1e-4f), std::ldexp(1.0f, -22));  // 1e-4 / 448 = 2.2e-7, in (2^-23, 2^-22]
+  EXPECT_TRUE(std::isnan(fp8_activation_scale(std::numeric_limits<float>::infinity())));
+  EXPECT_TRUE(std::isnan(fp8_activation_scale(NAN)));
+  SplitMix64 rng(7);
+  for (int i = 0; i < 10000; ++i) {  // against double arithmetic where the float product is not a power of two
+    const float amax = static_cast<float>(std::ldexp(1.0 + rng.uniform(), static_cast<int>(rng.below(60)) - 30));
+    const float t = std::max(amax, 1e-4f) * (1.0f / 448.0f);
+    const double expected = std::exp2(std::ceil(std::log2(static_cast<double>(t))));
+    ASSERT_EQ(fp8_activation_scale(amax), static_cast<float>(expected)) << amax;
+  }
+}
+
+// A row rounds in blocks of 128 from its start (the last one shorter), each to E4M3 codes times its
+// own scale; values already on that grid stay; a NaN spoils its block only.
+TEST(Fp8Activations, RowsRoundPerBlockOf128) {
+  SplitMix64 rng(8);
+  std::vector<float> row(288);
+  for (size_t j = 0; j < row.size(); ++j) {
+    row[j] = static_cast<float>(rng.normal() * (j < 128 ? 1.0 : j < 256 ? 50.0 : 1e-6));  // the tail: amax < 1e-4
+  }
+  std::vector<float> rounded = row;
+  round_to_fp8_activations(rounded);
+  for (size_t first = 0; first < row.size(); first += 128) {
+    const size_t n = std::min<size_t>(128, row.size() - first);
+    float amax = 0.0f;
+    for (size_t j = 0; j < n; ++j) amax = std::max(amax, std::fabs(row[first + j]));
+    const float scale = fp8_activation_scale(amax);
+    for (size_t j = 0; j < n; ++j) {
+      const float scaled = row[first + j] / scale;
+      ASSERT_LE(std::fabs(scaled), kE4m3Max);
+      ASSERT_EQ(rounded[first + j], decode_e4m3(encode_e4m3(scaled)) * scale) << first + j;
+      const float quantum = std::ldexp(1.0f, std::max(std::ilogb(scaled), -6) - 3);
+      ASSERT_LE(std::fabs(rounded[first + j] - row[first + j]), 0.5f * quantum * scale) << first + j;
+    }
+  }
+  std::vector<float> again = rounded;
+  round_to_fp8_activations(again);
+  EXPECT_EQ(again, rounded) << "rounding is idempotent";
+  row[130] = NAN;
+  round_to_fp8_activations(row);
+  for (size_t j = 0; j < row.size(); ++j) EXPECT_EQ(std::isnan(row[j]), j >= 128 && j < 256) << j;
+  std::vector<float> not_rows(100);
+  EXPECT_THROW(round_activation_rows(ActivationFormat::kFp8, not_rows, 64), Error);
+  EXPECT_EQ(parse_activation_format("fp8"), ActivationFormat::kFp8);
+  EXPECT_STREQ(activation_format_name(ActivationFormat::kFp8), "fp8");
+}
+
+// The CPU model of an MXFP4 element turned into E4M3 with its block's scale folded in, relative to
+// its 128-block's largest scale: exact for every code up to a shift of 8; at 9 the codes worth 0.5
+// and 1.5 round (ties to even: to 0 and 2^-8), and from 13 every code flushes to zero.
+TEST(Fp8Activations, E2m1ToE4m3IsExactUpToAShiftOf8) {
+  for (int shift = 0; shift <= 14; ++shift) {
+    for (uint8_t code = 0; code < 16; ++code) {
+      const float exact = std::ldexp(decode_e2m1(code), -shift);
+      const float got = decode_e4m3(e2m1_to_e4m3_shifted(code, shift));
+      if (shift <= kE2m1ToE4m3ExactShift) {
+        EXPECT_TRUE(same_float(got, exact)) << int(code) << " shift " << shift;
+      } else {
+        EXPECT_EQ(std::fabs(got), decode_e4m3(encode_e4m3(std::fabs(exact)))) << int(code) << " shift " << shift;
+      }
+    }
+  }
+  EXPECT_EQ(decode_e4m3(e2m1_to_e4m3_shifted(0x1, 9)), 0.0f);                  // 0.5 * 2^-9 = 2^-10: a tie, to 0
+  EXPECT_EQ(decode_e4m3(e2m1_to_e4m3_shifted(0x3, 9)), std::ldexp(1.0f, -8));  // 1.5 * 2^-9: a tie, to 2^-8
+  EXPECT_EQ(decode_e4m3(e2m1_to_e4m3_shifted(0x2, 9)), std::ldexp(1.0f, -9));  // 1.0 * 2^-9: exact
+  for (uint8_t code = 0; code < 16; ++code) EXPECT_EQ(decode_e4m3(e2m1_to_e4m3_shifted(code, 13)), 0.0f) << int(code);
+  EXPECT_THROW(e2m1_to_e4m3_shifted(16, 0), Error);
+  EXPECT_THROW(e2m1_to_e4m3_shifted(1, -1), Error);
 }
 
 TEST(MxBlocks, SizeMismatchesThrow) {

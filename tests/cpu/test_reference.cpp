@@ -2,7 +2,9 @@
 // output within rounding), thread-count independence, and its intermediates.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 
 #include "common/random.hpp"
 #include "mxmoe/error.hpp"
@@ -148,6 +150,48 @@ TEST(Reference, Mxfp8ActivationsRoundFc1AndFc2InputsOnly) {
                                       evaluate_layer_f64(w, normal, tokens).out);
   EXPECT_GT(error, kReferenceRelTolerance);
   EXPECT_LT(error, kMxfp8ActivationRelTolerance);
+}
+
+// FP8 activations (per-128 power-of-two scales, DeepSeek-V4's quantiser): FC1's input and FC2's are
+// rounded per row in blocks of 128 (H = 288, I = 160: a 32- and a 32-wide tail block), nothing
+// else; the float64 evaluation in the same mode agrees with the reference as in bf16, and the cost
+// against bf16 activations is that of 3-bit mantissas. Both V4 presets' spec and gpt-oss's.
+TEST(Reference, Fp8ActivationsRoundFc1AndFc2InputsPer128) {
+  for (const MoeShape& shape : {MoeShape{5, 3, 288, 160, 1}, MoeShape{6, 2, 288, 160, 1, deepseek_v4_spec(1.5f)}}) {
+    SCOPED_TRACE(shape.describe());
+    const MoeLayerWeights w = make_synthetic_layer(shape, 41);
+    const int tokens = 7;
+    const std::vector<Bf16> x = make_activations(tokens, shape.hidden, 42);
+    const ReferenceOptions fp8{.keep_intermediates = true, .activations = ActivationFormat::kFp8};
+    const ReferenceResult q = reference_forward(w, x, tokens, fp8);
+    const ReferenceResult b = reference_forward(w, x, tokens, {.keep_intermediates = true});
+    EXPECT_EQ(q.routing.experts, b.routing.experts);
+    EXPECT_NE(q.fc1_out, b.fc1_out) << "x should need rounding";
+    std::vector<float> rounded = b.activation;
+    round_activation_rows(ActivationFormat::kFp8, rounded, shape.intermediate);
+    // FC1 saw rounded inputs, so its activation differs from bf16's before rounding; the reference's
+    // own activation is its FC1 output's SwiGLU, rounded: every element an E4M3 code times its
+    // block's scale.
+    for (size_t p = 0; p < q.activation.size() / shape.intermediate; ++p) {
+      for (int first = 0; first < shape.intermediate; first += kFp8ActivationBlock) {
+        const int n = std::min(kFp8ActivationBlock, shape.intermediate - first);
+        const float* block = q.activation.data() + p * shape.intermediate + first;
+        float amax = 0.0f;
+        for (int j = 0; j < n; ++j) amax = std::max(amax, std::fabs(block[j]));
+        const float scale = fp8_activation_scale(amax);
+        for (int j = 0; j < n; ++j) {
+          ASSERT_EQ(decode_e4m3(encode_e4m3(block[j] / scale)) * scale, block[j]) << p << " " << first + j;
+        }
+      }
+    }
+    const double same_mode = relative_error(q.out, evaluate_layer_f64(w, x, tokens, ActivationFormat::kFp8).out);
+    EXPECT_LT(same_mode, 1e-3) << "an E4M3 rounding flipped by the float32 accumulation moves one element by 2^-4";
+    const double cost = relative_error(q.out, evaluate_layer_f64(w, x, tokens).out);
+    std::printf("fp8 activations, %s: against float64 in the same mode %.2e, against bf16 activations %.2e\n",
+                shape.describe().c_str(), same_mode, cost);
+    EXPECT_GT(cost, 1e-3);
+    EXPECT_LT(cost, kMxfp8ActivationRelTolerance);
+  }
 }
 
 TEST(Reference, SkewedRoutingAndUnusedExperts) {
