@@ -267,11 +267,7 @@ int bench_command(std::span<const std::string> args) {
     }
   }
   RunnerOptions options;
-  try {
-    options.activations = parse_activation_format(parsed->get("activations", "bf16"));
-  } catch (const Error& e) {
-    throw UsageError(std::string("--activations: ") + e.what());
-  }
+  options.activations = gpu_activations(*parsed);
   if (list_gpus().empty()) throw Error("bench: no CUDA GPU is visible");
 
   const DeviceReport device = describe_device();

@@ -156,4 +156,18 @@ MoeShape shape_from_args(const ParsedArgs& args) {
   return shape;
 }
 
+ActivationFormat gpu_activations(const ParsedArgs& args) {
+  ActivationFormat format;
+  try {
+    format = parse_activation_format(args.get("activations", "bf16"));
+  } catch (const Error& e) {
+    throw UsageError(std::string("--activations: ") + e.what());
+  }
+  if (format == ActivationFormat::kFp8) {
+    throw UsageError("--activations fp8: no kernel family takes fp8 activations yet (mxmoe run --device cpu "
+                     "computes them); use bf16 or mxfp8");
+  }
+  return format;
+}
+
 }  // namespace mxmoe::cli

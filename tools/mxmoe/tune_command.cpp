@@ -90,11 +90,7 @@ int tune_command(std::span<const std::string> args) {
   const int num_layers = static_cast<int>(parsed->get_int("layers", 8, 8, 64));
   const int replays = static_cast<int>(parsed->get_int("replays", 10, 3, 1000));
   RunnerOptions options;
-  try {
-    options.activations = parse_activation_format(parsed->get("activations", "bf16"));
-  } catch (const Error& e) {
-    throw UsageError(std::string("--activations: ") + e.what());
-  }
+  options.activations = gpu_activations(*parsed);
   const std::vector<GpuInfo> gpus = list_gpus();
   if (gpus.empty()) throw Error("tune: no CUDA GPU is visible");
   const DeviceArch device = current_device_arch();
