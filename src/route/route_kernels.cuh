@@ -113,10 +113,10 @@ __global__ void __launch_bounds__(kSelectWarps * 32)
 }
 
 constexpr int kPermuteThreads = 1024;
-// The one CTA routes each token with at least one warp, so past 32 tokens a warp's tokens queue and the one
-// launch grows with T, where the top-k launch and the permutation cost about the same at any T: so
-// batches of up to 64 tokens take the one launch, larger ones the two (docs/performance.md, "The
-// heuristic's decisions").
+// The one CTA routes each token with at least one warp, so past 32 tokens a warp's tokens queue and
+// the one launch grows with T, where the top-k launch and the permutation cost about the same at
+// any T: so batches of up to 64 tokens take the one launch, larger ones the two
+// (docs/performance.md, "The heuristic's decisions").
 constexpr int kFusedRouteTokens = 64;
 constexpr int kFusedRoutePairs = 1024;  // and at most this many pairs (the launcher checks both)
 constexpr int kPermuteSmemBytes = 48 * 1024;
@@ -151,8 +151,8 @@ __host__ __device__ inline int permute_segments(int num_experts, int num_pairs, 
 }
 
 // The expert-sorted permutation, in one CTA; with logits or a given top-k in `in` it first routes
-// every token itself (one launch fewer for small batches: at most kFusedRouteTokens, 2 tokens per warp,
-// or a token's experts split over several warps where there are fewer tokens than warps) and
+// every token itself (one launch fewer for small batches: at most kFusedRouteTokens, 2 tokens per
+// warp, or a token's experts split over several warps where there are fewer tokens than warps) and
 // keeps each pair's expert and rank in shared memory, so that no step waits on a global-memory
 // round trip of its own CTA's writes. Warp w owns a contiguous segment of pairs and counts
 // them per expert in hist[w][*] (pairs that go to no expert are not counted), ranking pairs of the same expert within each 32-pair chunk by lane

@@ -84,8 +84,8 @@ void launch_unpermute(const void* expert_out, bool bf16_rows, long long split_st
   kernels::RouteBuffers r = route;
   kernels::RouterMath math = router;
   int bf16 = bf16_rows;
-  void* args[] = {&expert_out, &bf16,         &split_stride, &k_split,    &hidden,     &top_k,
-                  &r,           &out,          &route_logits, &math, &num_tokens, &num_experts};
+  void* args[] = {&expert_out, &bf16, &split_stride, &k_split, &hidden,     &top_k,
+                  &r,           &out,  &route_logits, &math,    &num_tokens, &num_experts};
   launch(reinterpret_cast<const void*>(kernels::unpermute_kernel),
          dim3(static_cast<unsigned>(num_tokens), blocks(hidden, 8 * kernels::kUnpermuteThreads)),
          dim3(kernels::kUnpermuteThreads), args, 0, stream, "un-permute launch");
