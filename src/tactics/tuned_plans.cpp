@@ -79,9 +79,11 @@ TunedPlans TunedPlans::load(const std::string& cache_dir, const std::string& dev
           validate_plan(shape, entry.plan, arch);
           tuned.entries_[static_cast<int>(activations)][tokens] = entry;
         } catch (const Error& bad) {
-          warn_once("tuned table " + file + ": ignoring the plan for T = " + std::to_string(tokens) +
-                    (activations == ActivationFormat::kBf16 ? "" : std::string(" with ") + activation_format_name(activations) + " activations") + " (" + bad.what() +
-                    ")");
+          const char* format = activations == ActivationFormat::kMxfp8 ? " with MXFP8 activations"
+                               : activations == ActivationFormat::kFp8 ? " with FP8 activations"
+                                                                        : "";
+          warn_once("tuned table " + file + ": ignoring the plan for T = " + std::to_string(tokens) + format + " (" +
+                    bad.what() + ")");
         }
       }
     }
