@@ -80,50 +80,30 @@ bool check_against_f64(const MoeLayerWeights& weights, std::span<const Bf16> x, 
   return same_experts && rel <= kReferenceRelTolerance && rounding.failures == 0;
 }
 
-// The MXFP8-activation result against the float64 evaluation (of bf16 activations) on a sample of
-// tokens, and against the bf16-activation reference on all; false when the first misses its bound.
-bool check_mxfp8_against_f64(const MoeLayerWeights& weights, std::span<const Bf16> x, int num_tokens,
-                             const ReferenceResult& result) {
+// A result with rounded activations against a float64 evaluation on a sample of tokens, and against
+// the bf16-activation reference on all (its cost); false when the first misses its bound. MXFP8 is
+// held to the evaluation of bf16 activations (kMxfp8ActivationRelTolerance), FP8 to the one that
+// rounds the same rows (kSameRoundingRelTolerance).
+bool check_rounded_against_f64(const MoeLayerWeights& weights, std::span<const Bf16> x, int num_tokens,
+                               const ReferenceResult& result, ActivationFormat format) {
+  const bool mxfp8 = format == ActivationFormat::kMxfp8;
+  const ActivationFormat evaluated = mxfp8 ? ActivationFormat::kBf16 : format;
+  const double bound = mxfp8 ? kMxfp8ActivationRelTolerance : kSameRoundingRelTolerance;
   const size_t h = weights.shape.hidden;
   const std::vector<int> sample = sample_tokens(num_tokens, kMaxCheckedTokens);
   const std::vector<Bf16> x_sample = sample_rows(x, sample, h);
   const std::vector<float> out_sample = sample_rows<float>(result.out, sample, h);
-  const Float64Result f64 = evaluate_layer_f64(weights, x_sample, static_cast<int>(sample.size()));
+  const Float64Result f64 = evaluate_layer_f64(weights, x_sample, static_cast<int>(sample.size()), evaluated);
   const double rel_f64 = relative_error(out_sample, f64.out);
   const ReferenceResult bf16 = reference_forward(weights, x, num_tokens);
   const double rel_bf16 = relative_error(result.out, std::vector<double>(bf16.out.begin(), bf16.out.end()));
   const bool same_routing = bf16.routing.experts == result.routing.experts;
-  std::printf("check: MXFP8 activations, %zu of %d tokens against a float64 evaluation of bf16 activations\n",
-              sample.size(), num_tokens);
+  std::printf("check: %s activations, %zu of %d tokens against a float64 evaluation of %s activations\n",
+              mxfp8 ? "MXFP8" : "FP8", sample.size(), num_tokens, mxfp8 ? "bf16" : "FP8");
   std::printf("check: routing %s\n", same_routing ? "identical" : "DIFFERS");
-  std::printf("check: relative error against the float64 evaluation %.3e (bound %.0e)\n", rel_f64,
-              kMxfp8ActivationRelTolerance);
+  std::printf("check: relative error against the float64 evaluation %.3e (bound %.0e)\n", rel_f64, bound);
   std::printf("check: relative error against the bf16-activation reference %.3e\n", rel_bf16);
-  return same_routing && rel_f64 <= kMxfp8ActivationRelTolerance;
-}
-
-// The FP8-activation result against the float64 evaluation that rounds the same rows, on a sample
-// of tokens, and against the bf16-activation reference on all (its cost); false when the first
-// misses its bound.
-bool check_fp8_against_f64(const MoeLayerWeights& weights, std::span<const Bf16> x, int num_tokens,
-                           const ReferenceResult& result) {
-  const size_t h = weights.shape.hidden;
-  const std::vector<int> sample = sample_tokens(num_tokens, kMaxCheckedTokens);
-  const std::vector<Bf16> x_sample = sample_rows(x, sample, h);
-  const std::vector<float> out_sample = sample_rows<float>(result.out, sample, h);
-  const Float64Result f64 =
-      evaluate_layer_f64(weights, x_sample, static_cast<int>(sample.size()), ActivationFormat::kFp8);
-  const double rel_f64 = relative_error(out_sample, f64.out);
-  const ReferenceResult bf16 = reference_forward(weights, x, num_tokens);
-  const double rel_bf16 = relative_error(result.out, std::vector<double>(bf16.out.begin(), bf16.out.end()));
-  const bool same_routing = bf16.routing.experts == result.routing.experts;
-  std::printf("check: FP8 activations, %zu of %d tokens against a float64 evaluation of FP8 activations\n",
-              sample.size(), num_tokens);
-  std::printf("check: routing %s\n", same_routing ? "identical" : "DIFFERS");
-  std::printf("check: relative error against the float64 evaluation %.3e (bound %.0e)\n", rel_f64,
-              kSameRoundingRelTolerance);
-  std::printf("check: relative error against the bf16-activation reference %.3e\n", rel_bf16);
-  return same_routing && rel_f64 <= kSameRoundingRelTolerance;
+  return same_routing && rel_f64 <= bound;
 }
 
 }  // namespace
@@ -240,9 +220,9 @@ int run_command(std::span<const std::string> args) {
   print_output_summary(result.out_bf16, input.num_tokens, weights.shape.hidden);
   write(result.out_bf16);
   if (parsed->flag("check")) {
-    const bool passed = mxfp8 ? check_mxfp8_against_f64(weights, x, input.num_tokens, result)
-                        : fp8 ? check_fp8_against_f64(weights, x, input.num_tokens, result)
-                              : check_against_f64(weights, x, input.num_tokens, result);
+    const bool passed = format == ActivationFormat::kBf16
+                            ? check_against_f64(weights, x, input.num_tokens, result)
+                            : check_rounded_against_f64(weights, x, input.num_tokens, result, format);
     if (!passed) throw Error("check failed: the reference disagrees with the float64 evaluation");
   }
   return 0;
