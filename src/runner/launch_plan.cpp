@@ -20,7 +20,7 @@ LayerLaunch make_layer_launch(const MoeShape& shape, const Arch& arch, const Lay
   // A small batch routes itself in FC1 and FC2 only where FC1's CTAs are all resident at once: a
   // CTA of a later wave would pay the routing before its first load, while the streaming CTAs wait
   // on its issue slots (docs/performance.md, "The heuristic's decisions"). They route as the
-  // layer's router does (ExpertGemmArgs::router).
+  // layer's router does (LayerArgs::router).
   bool routes_itself = false;
   if (may_route_itself && can_route_in_expert_kernels(plan, num_tokens, shape.top_k)) {
     const LaunchGeometry g = fc1_family.geometry(plan.fc1, fc1, num_tokens, true, fc1_kernels.fc1);
