@@ -133,11 +133,16 @@ __host__ __device__ inline int permute_fixed_smem(int num_experts, int smem_pair
 }
 
 // A fused batch of at most kOneWarpPermutePairs pairs and 32 tokens is counted by one warp; the
-// launcher gives it a warp per token and at least kSmallPermuteWarps, among which a token's top-k
-// and the scan over experts are split.
+// launcher gives it small_permute_warps, among which the scan over experts is split, and for a
+// scored router each token's top-k (select_group: at DeepSeek-V4's shapes, batches of up to 8
+// tokens take 4-8 warps a token). Softmax tokens take a warp each, and the CTA at least
+// kSmallPermuteWarps for the scan.
 constexpr int kSmallPermuteWarps = 8;
 __host__ __device__ inline bool permutes_in_one_warp(int num_tokens, int top_k) {
   return num_tokens <= 32 && num_tokens * top_k <= kOneWarpPermutePairs;
+}
+__host__ __device__ inline int small_permute_warps(int num_tokens, bool scored) {
+  return scored ? kPermuteThreads / 32 : (num_tokens > kSmallPermuteWarps ? num_tokens : kSmallPermuteWarps);
 }
 
 // Segments (warps) of the pair list: no more than 32-pair chunks (a segment's histogram is one

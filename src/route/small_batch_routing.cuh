@@ -26,9 +26,12 @@ __device__ __forceinline__ float sqrt_softplus(float logit) {
   return sqrtf(logit > 20.0f ? logit : log1pf(expf(logit)));
 }
 
-// What expert e's logit ranks by under `router`.
+// What expert e's logit ranks by under `router`; kScored: router.sqrt_softplus, as a template
+// parameter below so that a softmax layer's top-k carries none of the scoring's code.
+template <bool kScored>
 __device__ __forceinline__ float rank_key(const RouterMath& router, float logit, int e) {
-  return router.sqrt_softplus ? sqrt_softplus(logit) + router.selection_bias[e] : logit;
+  if constexpr (kScored) return sqrt_softplus(logit) + router.selection_bias[e];
+  return logit;
 }
 
 // A lane's pick of a top-k: the expert (kNoPick where fewer than k experts remain) and its rank.
@@ -81,7 +84,7 @@ __device__ __forceinline__ Pick warp_top_k(const unsigned (&rank)[kHeld], Expert
 // hold at least k experts.
 // Budget: reads the slice's E / (stride / 32) logits once (all loads in flight together) and scores
 // each once; then warp_top_k.
-template <int kHeld>
+template <bool kScored, int kHeld>
 __device__ __forceinline__ Pick slice_top_k_held(const float* row, int num_experts, int first, int stride, int top_k,
                                                  const RouterMath& router) {
   const int lane = threadIdx.x % 32;
@@ -89,39 +92,40 @@ __device__ __forceinline__ Pick slice_top_k_held(const float* row, int num_exper
 #pragma unroll
   for (int i = 0; i < kHeld; ++i) {
     const int e = first + lane + stride * i;
-    rank[i] = e < num_experts ? logit_rank(rank_key(router, row[e], e)) : 0u;
+    rank[i] = e < num_experts ? logit_rank(rank_key<kScored>(router, row[e], e)) : 0u;
   }
   const auto expert_of = [&](int i) { return first + lane + stride * i; };
   return warp_top_k(rank, expert_of, top_k, [&](auto& consider) {
     for (int e = first + lane + stride * kHeld; e < num_experts; e += stride) {
-      consider(logit_rank(rank_key(router, row[e], e)), e);
+      consider(logit_rank(rank_key<kScored>(router, row[e], e)), e);
     }
   });
 }
 
 // slice_top_k_held with the fewest held ranks per lane that cover the slice (at most 8, as many as
 // the GEMVs' register budgets hold without spilling: past 256 experts a slice rescores the rest
-// every round). Not inlined: inlined copies raised the 16-token GEMV past 128 registers (one CTA
-// per SM).
-__device__ __noinline__ Pick slice_top_k(const float* row, int num_experts, int first, int stride, int top_k,
-                                         RouterMath router) {
+// every round).
+template <bool kScored>
+__device__ __forceinline__ Pick slice_top_k(const float* row, int num_experts, int first, int stride, int top_k,
+                                            const RouterMath& router) {
   const int per_lane = (num_experts - first + stride - 1) / stride;
-  if (per_lane <= 1) return slice_top_k_held<1>(row, num_experts, first, stride, top_k, router);
-  if (per_lane <= 2) return slice_top_k_held<2>(row, num_experts, first, stride, top_k, router);
-  if (per_lane <= 4) return slice_top_k_held<4>(row, num_experts, first, stride, top_k, router);
-  return slice_top_k_held<8>(row, num_experts, first, stride, top_k, router);
+  if (per_lane <= 1) return slice_top_k_held<kScored, 1>(row, num_experts, first, stride, top_k, router);
+  if (per_lane <= 2) return slice_top_k_held<kScored, 2>(row, num_experts, first, stride, top_k, router);
+  if (per_lane <= 4) return slice_top_k_held<kScored, 4>(row, num_experts, first, stride, top_k, router);
+  return slice_top_k_held<kScored, 8>(row, num_experts, first, stride, top_k, router);
 }
 
 // Lane s < k of the warp holding a token's picks writes pick s (through `local_experts` where
 // given) and its weight: the softmax over the k picked logits, or the picked scores over their sum
 // times routed_scaling (RouterMath), into experts[token k + s] and weights[token k + s]. The raw
 // logit is reread (L1: the row was just read): a NaN logit makes NaN weights, as in the reference.
+template <bool kScored>
 __device__ __forceinline__ void write_token_picks(const float* row, int token, int top_k, int my_expert, int* experts,
                                                   float* weights, const RouterMath& router, const int* local_experts) {
   const int lane = threadIdx.x % 32;
   const float my_logit = lane < top_k ? row[my_expert] : 0.0f;
   float e;
-  if (router.sqrt_softplus) {
+  if constexpr (kScored) {
     e = lane < top_k ? sqrt_softplus(my_logit) : 0.0f;
   } else {
     const float max_logit = __shfl_sync(0xffffffffu, my_logit, 0);
@@ -131,17 +135,33 @@ __device__ __forceinline__ void write_token_picks(const float* row, int token, i
   for (int offset = 16; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
   if (lane < top_k) {
     experts[token * top_k + lane] = local_experts ? local_experts[my_expert] : my_expert;
-    weights[token * top_k + lane] = router.sqrt_softplus ? e / sum * router.routed_scaling : e / sum;
+    weights[token * top_k + lane] = kScored ? e / sum * router.routed_scaling : e / sum;
   }
 }
 
-// One token's top-k and weights (write_token_picks) by one warp.
+// One token's top-k and weights (write_token_picks) by one warp, for a router of kind kScored.
+// Not inlined: inlined copies of the held variants raised the 16-token GEMV past 128 registers
+// (one CTA per SM). The router's kind is a template parameter: with the scoring's code behind a
+// run-time branch in the softmax path, gpt-oss's decode layer (T = 1) took 1.0-1.3 us longer on an
+// H200.
+template <bool kScored>
+__device__ __noinline__ void select_token_experts_of(const float* logits, int token, int num_experts, int top_k,
+                                                     int* experts, float* weights, RouterMath router,
+                                                     const int* local_experts) {
+  const float* row = logits + static_cast<long long>(token) * num_experts;
+  const Pick pick = slice_top_k<kScored>(row, num_experts, 0, 32, top_k, router);
+  write_token_picks<kScored>(row, token, top_k, pick.expert, experts, weights, router, local_experts);
+}
+
+// One token's top-k and weights by one warp, as `router` ranks and weighs them.
 __device__ __forceinline__ void select_token_experts(const float* logits, int token, int num_experts, int top_k,
                                                      int* experts, float* weights, const RouterMath& router,
-                                                     const int* local_experts = nullptr) {
-  const float* row = logits + static_cast<long long>(token) * num_experts;
-  const Pick pick = slice_top_k(row, num_experts, 0, 32, top_k, router);
-  write_token_picks(row, token, top_k, pick.expert, experts, weights, router, local_experts);
+                                                     const int* local_experts) {
+  if (router.sqrt_softplus) {
+    select_token_experts_of<true>(logits, token, num_experts, top_k, experts, weights, router, local_experts);
+  } else {
+    select_token_experts_of<false>(logits, token, num_experts, top_k, experts, weights, router, local_experts);
+  }
 }
 
 // Warps per token when a CTA of `warps` warps selects `num_tokens` tokens' top-k
@@ -156,30 +176,18 @@ __host__ __device__ inline int select_group(int warps, int num_tokens, int num_e
   return group;
 }
 
-// Every token's top-k and weights (write_token_picks) by the whole CTA. With more warps than
-// tokens and scored keys, a token's experts are split over a group of warps (select_group): each
-// picks its slice's k best into `candidates` (shared, select_scratch_bytes), and after a barrier
-// the token's own warp picks the k best of the group's. This cuts the latency of a 1-token batch,
-// which one warp would score and rank alone (a sqrt-softplus score costs ~70 instructions). Every
-// thread of the CTA calls it, with the same arguments; the caller synchronises before reading the
-// picks.
-// Budget: per token E logits read and scored once, k rounds over E / (32 group) + 2 group k / 64
-// ranks per lane.
-__device__ __forceinline__ void select_batch_experts(const float* logits, int num_tokens, int num_experts, int top_k,
-                                                     int* experts, float* weights, const RouterMath& router,
-                                                     const int* local_experts, uint2* candidates) {
-  const int warps = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int group = select_group(warps, num_tokens, num_experts, top_k, router.sqrt_softplus != 0);
-  if (group == 1) {
-    for (int token = warp; token < num_tokens; token += warps) {
-      select_token_experts(logits, token, num_experts, top_k, experts, weights, router, local_experts);
-    }
-    return;
-  }
+// select_batch_experts with its tokens' experts split over `group` warps each (> 1, so the router
+// scores): each warp picks its slice's k best into `candidates`, and after a barrier the token's
+// own warp picks the k best of the group's. Every thread of the CTA calls it. Not inlined: the
+// GEMVs' one-warp path keeps its code apart from this one's.
+__device__ __noinline__ void select_split_experts(const float* logits, int num_tokens, int num_experts, int top_k,
+                                                  int* experts, float* weights, RouterMath router,
+                                                  const int* local_experts, uint2* candidates, int group) {
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int token = warp / group, part = warp % group;
   if (token < num_tokens) {
     const float* row = logits + static_cast<long long>(token) * num_experts;
-    const Pick pick = slice_top_k(row, num_experts, 32 * part, 32 * group, top_k, router);
+    const Pick pick = slice_top_k<true>(row, num_experts, 32 * part, 32 * group, top_k, router);
     if (lane < top_k) candidates[warp * top_k + lane] = uint2{pick.rank, static_cast<unsigned>(pick.expert)};
   }
   __syncthreads();  // the candidates
@@ -195,8 +203,31 @@ __device__ __forceinline__ void select_batch_experts(const float* logits, int nu
       expert[i] = static_cast<int>(c.y);
     }
     const Pick pick = warp_top_k(rank, [&](int i) { return expert[i]; }, top_k, [](auto&) {});
-    write_token_picks(logits + static_cast<long long>(warp) * num_experts, warp, top_k, pick.expert, experts, weights,
-                      router, local_experts);
+    write_token_picks<true>(logits + static_cast<long long>(warp) * num_experts, warp, top_k, pick.expert, experts,
+                            weights, router, local_experts);
+  }
+}
+
+// Every token's top-k and weights (write_token_picks) by the whole CTA. With more warps than
+// tokens and scored keys, a token's experts are split over a group of warps (select_group,
+// select_split_experts; `candidates`: shared, select_scratch_bytes). This cuts the latency of a
+// 1-token batch, which one warp would score and rank alone (a sqrt-softplus score costs ~70
+// instructions). Every thread of the CTA calls it, with the same arguments; the caller
+// synchronises before reading the picks.
+// Budget: per token E logits read and scored once, k rounds over E / (32 group) + 2 group k / 64
+// ranks per lane.
+__device__ __forceinline__ void select_batch_experts(const float* logits, int num_tokens, int num_experts, int top_k,
+                                                     int* experts, float* weights, const RouterMath& router,
+                                                     const int* local_experts, uint2* candidates) {
+  const int warps = blockDim.x / 32;
+  const int group = select_group(warps, num_tokens, num_experts, top_k, router.sqrt_softplus != 0);
+  if (group > 1) {
+    select_split_experts(logits, num_tokens, num_experts, top_k, experts, weights, router, local_experts, candidates,
+                         group);
+    return;
+  }
+  for (int token = threadIdx.x / 32; token < num_tokens; token += warps) {
+    select_token_experts(logits, token, num_experts, top_k, experts, weights, router, local_experts);
   }
 }
 

@@ -1,6 +1,5 @@
 #include "runner/route_launch.hpp"
 
-#include <algorithm>
 #include <string>
 
 #include "device/cuda_check.hpp"
@@ -48,9 +47,10 @@ void launch_routing(const kernels::RouteInput& in, int num_tokens, int num_exper
   const int smem_pairs = routes ? num_tokens * top_k : 0;
   const int smem = kernels::permute_segments(num_experts, num_tokens * top_k, smem_pairs) * num_experts * 4 +
                    kernels::permute_fixed_smem(num_experts, smem_pairs);
-  // A fused small batch takes the one-warp path: a warp per token, and at least kSmallPermuteWarps.
+  // A fused small batch takes the one-warp path (kernels::small_permute_warps).
   const bool small = routes && kernels::permutes_in_one_warp(num_tokens, top_k);
-  const int threads = small ? 32 * std::max(num_tokens, kernels::kSmallPermuteWarps) : kernels::kPermuteThreads;
+  const int threads =
+      small ? 32 * kernels::small_permute_warps(num_tokens, fused.router.sqrt_softplus != 0) : kernels::kPermuteThreads;
   launch(reinterpret_cast<const void*>(kernels::permute_kernel), dim3(1), dim3(static_cast<unsigned>(threads)), args,
          smem, stream, "permutation launch");
 }
