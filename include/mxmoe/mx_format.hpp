@@ -91,8 +91,9 @@ inline ActivationFormat parse_activation_format(std::string_view name) {
   throw Error("activation format '" + std::string(name) + "': expected bf16, mxfp8 or fp8");
 }
 // Rows of a layer's expert GEMM inputs rounded as `format` computes with: MXFP8 per 32
-// (round_to_mxfp8), FP8 per 128 (round_to_fp8_activations), bf16 left as they are. `values` holds
-// whole rows of `row_length` (a multiple of kMxBlock).
+// (round_to_mxfp8), FP8 per 128 (to bf16 first, then round_to_fp8_activations: the quantiser
+// reads bf16 rows), bf16 left as they are. `values` holds whole rows of `row_length` (a multiple of
+// kMxBlock).
 void round_activation_rows(ActivationFormat format, std::span<float> values, int row_length);
 
 // The CPU model of turning an MXFP4 element into an E4M3 byte with its 32-block's scale folded in,

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 
+#include "mxmoe/bf16.hpp"
 #include "mxmoe/error.hpp"
 #include "mxmoe/mx_format.hpp"
 
@@ -44,6 +45,10 @@ void round_activation_rows(ActivationFormat format, std::span<float> values, int
       round_to_mxfp8(values);
       return;
     case ActivationFormat::kFp8:
+      // The quantiser reads bf16 rows: x is bf16, and FC1's SwiGLU output is bf16 both in
+      // DeepSeek-V4's reference and where the GPU writes it. Rounding its float values straight to
+      // E4M3 would differ where bf16 rounds onto an E4M3 midpoint (~1 element in 32).
+      for (float& v : values) v = bf16_to_float(float_to_bf16(v));
       for (size_t first = 0; first < values.size(); first += static_cast<size_t>(row_length)) {
         round_to_fp8_activations(values.subspan(first, static_cast<size_t>(row_length)));
       }

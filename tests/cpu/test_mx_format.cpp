@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "common/random.hpp"
+#include "mxmoe/bf16.hpp"
 #include "mxmoe/error.hpp"
 #include "mxmoe/mx_format.hpp"
 
@@ -308,6 +309,31 @@ TEST(Fp8Activations, RowsRoundPerBlockOf128) {
   EXPECT_THROW(round_activation_rows(ActivationFormat::kFp8, not_rows, 64), Error);
   EXPECT_EQ(parse_activation_format("fp8"), ActivationFormat::kFp8);
   EXPECT_STREQ(activation_format_name(ActivationFormat::kFp8), "fp8");
+}
+
+// A layer's FP8 rows are rounded to bf16 first (the quantiser reads bf16), which decides a float
+// just past an E4M3 midpoint: 1.0625 + 2^-12 rounds up to 1.125 from float, but to bf16 1.0625, a
+// tie that goes to the even 1.0.
+TEST(Fp8Activations, LayerRowsRoundThroughBf16) {
+  std::vector<float> row(128, 0.0f);
+  row[0] = 448.0f;  // scale 1
+  row[1] = 1.0625f + std::ldexp(1.0f, -12);
+  std::vector<float> straight = row;
+  round_to_fp8_activations(straight);
+  EXPECT_EQ(straight[1], 1.125f);
+  std::vector<float> layer = row;
+  round_activation_rows(ActivationFormat::kFp8, layer, 128);
+  EXPECT_EQ(layer[1], 1.0f);
+  SplitMix64 rng(9);
+  std::vector<float> values(3 * 160);
+  for (float& v : values) v = static_cast<float>(rng.normal() * 3.0);
+  std::vector<float> via_bf16 = values;
+  for (float& v : via_bf16) v = bf16_to_float(float_to_bf16(v));
+  for (size_t first = 0; first < via_bf16.size(); first += 160) {
+    round_to_fp8_activations(std::span(via_bf16).subspan(first, 160));
+  }
+  round_activation_rows(ActivationFormat::kFp8, values, 160);
+  EXPECT_EQ(values, via_bf16);
 }
 
 // The CPU model of an MXFP4 element turned into E4M3 with its block's scale folded in, relative to
