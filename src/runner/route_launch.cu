@@ -3,6 +3,7 @@
 #include <string>
 
 #include "device/cuda_check.hpp"
+#include "route/fp8_round_rows_kernel.cuh"
 #include "route/gather_rows_kernel.cuh"
 #include "route/route_kernels.cuh"
 #include "route/unpermute_kernel.cuh"
@@ -76,6 +77,16 @@ void launch_gather_quantize_rows(const __nv_bfloat16* x, int hidden, int top_k, 
   launch(reinterpret_cast<const void*>(kernels::gather_quantize_rows_kernel),
          dim3(blocks(rows_capacity, kernels::kGatherWarps)), dim3(kernels::kGatherWarps * 32), args, 0, stream,
          "quantising gather launch");
+}
+
+void launch_fp8_round_rows(const __nv_bfloat16* in, __nv_bfloat16* out, int row_length, long long rows,
+                           const int* row_count, cudaStream_t stream) {
+  const auto* source = reinterpret_cast<const unsigned short*>(in);
+  auto* destination = reinterpret_cast<unsigned short*>(out);
+  const long long items = rows * ((row_length + kernels::kFp8RoundBlock - 1) / kernels::kFp8RoundBlock);
+  void* args[] = {&source, &destination, &row_length, &rows, &row_count};
+  launch(reinterpret_cast<const void*>(kernels::fp8_round_rows_kernel), dim3(blocks(items, kernels::kFp8RoundWarps)),
+         dim3(kernels::kFp8RoundWarps * 32), args, 0, stream, "FP8 rounding launch");
 }
 
 void launch_unpermute(const void* expert_out, bool bf16_rows, long long split_stride, int k_split, int hidden, int top_k,

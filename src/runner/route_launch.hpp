@@ -23,6 +23,11 @@ void launch_gather_rows(const __nv_bfloat16* x, int hidden, int top_k, int num_e
 // kernels/mxfp8_quantize.cuh), for the block-scaled family's FC1.
 void launch_gather_quantize_rows(const __nv_bfloat16* x, int hidden, int top_k, int num_experts, int num_tokens,
                                  const kernels::RouteBuffers& route, void* sorted, cudaStream_t stream);
+// Rows of bf16 (`rows` of `row_length`, a multiple of 32; from *row_count on left alone when
+// row_count is given) rounded to FP8 activations' values (route/fp8_round_rows_kernel.cuh) into
+// `out`, which may be `in`.
+void launch_fp8_round_rows(const __nv_bfloat16* in, __nv_bfloat16* out, int row_length, long long rows,
+                           const int* row_count, cudaStream_t stream);
 // `expert_out`: FC2's fp32 partials, k_split of them split_stride apart, or with `bf16_rows` its
 // bf16 rows (one split). `route_logits`: the batch routed itself in FC1 and FC2
 // (LayerLaunch::routing_launch is false), so the un-permute routes it again from these logits, as

@@ -119,10 +119,6 @@ MoeRunner::MoeRunner(const DeviceLayerTensors& tensors, const RunnerOptions& opt
 }
 
 void MoeRunner::Impl::init(const MoeShape& s, int routed, const RunnerOptions& runner_options) {
-  if (runner_options.activations == ActivationFormat::kFp8) {
-    throw Error("runner options: fp8 activations are computed by the CPU reference only: no kernel family takes "
-                "them yet; use bf16 or mxfp8");
-  }
   shape = s;
   options = runner_options;
   routed_experts = routed;
@@ -223,6 +219,12 @@ void MoeRunner::Impl::run(const __nv_bfloat16* x, const kernels::RouteInput& in,
   if (launch.routing_launch) launch_routing(in, num_tokens, shape.num_experts, shape.top_k, route, stream);
   if (last == ForwardPart::kRouting) return;
 
+  // FP8 activations: the bf16 families compute with rows rounded to FP8 values, FC1's input here
+  // (the gathered rows in place, or x into expert_out's bytes, which FC2 writes only after its wait
+  // for FC1), FC2's after FC1. Rows past the routing's count are left alone; a batch that routes
+  // itself has no count before FC2, and every one of its pairs has a row.
+  const bool fp8 = launch.plan.activations == ActivationFormat::kFp8;
+  const int* sorted_rows = launch.routing_launch ? route.expert_offsets + shape.num_experts : nullptr;
   const void* fc1_input = x;
   if (launch.gather_launch) {
     void* sorted_input = ws + layout.sorted_input;
@@ -230,10 +232,15 @@ void MoeRunner::Impl::run(const __nv_bfloat16* x, const kernels::RouteInput& in,
       launch_gather_quantize_rows(x, shape.hidden, shape.top_k, shape.num_experts, num_tokens, route, sorted_input,
                                   stream);
     } else {
-      launch_gather_rows(x, shape.hidden, shape.top_k, shape.num_experts, num_tokens, route,
-                         static_cast<__nv_bfloat16*>(sorted_input), stream);
+      auto* rows = static_cast<__nv_bfloat16*>(sorted_input);
+      launch_gather_rows(x, shape.hidden, shape.top_k, shape.num_experts, num_tokens, route, rows, stream);
+      if (fp8) launch_fp8_round_rows(rows, rows, shape.hidden, pairs, sorted_rows, stream);
     }
     fc1_input = sorted_input;
+  } else if (fp8) {
+    auto* rounded = reinterpret_cast<__nv_bfloat16*>(ws + layout.expert_out);
+    launch_fp8_round_rows(x, rounded, shape.hidden, num_tokens, nullptr, stream);
+    fc1_input = rounded;
   }
   void* activation = ws + layout.activation;  // bf16 or MXFP8 rows, as the plan's activations
   void* expert_out = ws + layout.expert_out;
@@ -296,6 +303,10 @@ void MoeRunner::Impl::run(const __nv_bfloat16* x, const kernels::RouteInput& in,
     expert.tactic.family->launch(expert, args, stream);
     // A whole-layer launch is FC1's and runs to the end: nothing follows it.
     if (last == (expert.stage == Stage::kFc1 ? ForwardPart::kFc1 : ForwardPart::kFc2)) return;
+    if (fp8 && expert.stage == Stage::kFc1) {
+      auto* rows = static_cast<__nv_bfloat16*>(activation);
+      launch_fp8_round_rows(rows, rows, shape.intermediate, pairs, sorted_rows, stream);
+    }
   }
   if (!launch.unpermute_launch) return;
   launch_unpermute(expert_out, fc2_bf16, split_stride, launch.plan.fc2.k_split, shape.hidden, shape.top_k, num_tokens,

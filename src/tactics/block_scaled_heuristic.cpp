@@ -11,7 +11,9 @@ namespace mxmoe {
 LayerPlan heuristic_plan(const MoeShape& shape, int num_tokens, const Arch& arch, ActivationFormat activations) {
   if (activations == ActivationFormat::kBf16) return heuristic_plan(shape, num_tokens, arch);
   if (activations == ActivationFormat::kFp8) {
-    throw Error("no fp8-activation plan for " + shape.describe() + ": no kernel family takes fp8 activations yet");
+    LayerPlan plan = heuristic_plan(shape, num_tokens, arch);  // bf16 families on rounded rows
+    plan.activations = ActivationFormat::kFp8;
+    return plan;
   }
   const long long pairs = static_cast<long long>(num_tokens) * shape.top_k;
   const long long rows_expected = (pairs + shape.num_experts - 1) / shape.num_experts;

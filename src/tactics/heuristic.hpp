@@ -27,12 +27,13 @@ std::vector<Tactic> default_tactics();
 // tokens / 32.
 Tactic row_tile_for(const KernelFamily& family, long long rows_expected);
 
-// The plan for `activations`: the above for bf16; for MXFP8 activations, which only a caller
-// chooses (RunnerOptions::activations; their accuracy cost, docs/block-scaled.md, is the caller's
-// to accept), the block-scaled tiles for both stages with the smallest token tile of 16, 32, 64,
-// 128 that covers the expected rows per expert, as the mma tiles' (block_scaled_heuristic.cpp).
-// Those tactics compile on first use (they are not in default_tactics()). Throws Error where no
-// block-scaled tactic runs on the shape and arch.
+// The plan for `activations`: the above for bf16, and for FP8 activations (the runner rounds the
+// bf16 families' input rows to FP8 values: route/fp8_round_rows_kernel.cuh); for MXFP8
+// activations, which only a caller chooses (RunnerOptions::activations; their accuracy cost,
+// docs/block-scaled.md, is the caller's to accept), the block-scaled tiles for both stages with
+// the smallest token tile of 16, 32, 64, 128 that covers the expected rows per expert, as the mma
+// tiles' (block_scaled_heuristic.cpp). Those tactics compile on first use (they are not in
+// default_tactics()). Throws Error where no block-scaled tactic runs on the shape and arch.
 LayerPlan heuristic_plan(const MoeShape& shape, int num_tokens, const Arch& arch, ActivationFormat activations);
 
 }  // namespace mxmoe

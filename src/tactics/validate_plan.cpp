@@ -22,9 +22,16 @@ void validate_plan(const MoeShape& shape, const LayerPlan& plan, const Arch& arc
     if (std::find(valid.begin(), valid.end(), tactic.binary()) == valid.end()) {
       throw Error(which + " tactic " + tactic.name() + " is not in the " + std::string(arch.name) + " tactic table");
     }
-    if (const ActivationFormat takes = tactic.family->activations(); takes != plan.activations) {
+    // FP8 activations run on the bf16 families, their rows rounded between the stages, which a
+    // whole-layer launch has no room for.
+    const ActivationFormat takes = tactic.family->activations();
+    const bool rounded_rows =
+        plan.activations == ActivationFormat::kFp8 && takes == ActivationFormat::kBf16 && !tactic.family->whole_layer();
+    if (takes != plan.activations && !rounded_rows) {
       throw Error(which + " tactic " + tactic.name() + " takes " + activation_format_name(takes) +
-                  " activations; the plan's are " + activation_format_name(plan.activations));
+                  " activations; the plan's are " + activation_format_name(plan.activations) +
+                  (tactic.family->whole_layer() ? " (a whole-layer launch cannot round FC1's output between its stages)"
+                                                : ""));
     }
     const StageShape stage_shape{shape, stage};
     if (const std::string why = tactic.family->why_invalid(tactic, arch, &stage_shape); !why.empty()) {

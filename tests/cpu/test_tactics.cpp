@@ -460,10 +460,19 @@ TEST(ValidatePlan, ActivationsMustBeTheFamilies) {
   EXPECT_EQ(activations_of(mma), ActivationFormat::kBf16);
   EXPECT_NO_THROW(validate_plan(shape, {bs, bs, ActivationFormat::kMxfp8}, sm90));
   EXPECT_NO_THROW(validate_plan(shape, {bs, parse_tactic("bsmma.r128x32.w4x1.s4.k2"), ActivationFormat::kMxfp8}, sm90));
+  // FP8 activations run on the bf16 families (the runner rounds their rows between the stages),
+  // but not on a whole-layer launch, nor on a family that takes MXFP8 rows.
+  const Tactic gemv = parse_tactic("gemv.r64x8.w4x2.u2.k1"), fused = parse_tactic("fused.r64x8.w4x2.u2.k1");
+  EXPECT_NO_THROW(validate_plan(shape, {gemv, gemv, ActivationFormat::kFp8}, sm90));
+  EXPECT_NO_THROW(validate_plan(shape, {mma, parse_tactic("mma.r128x32.w4x1.s4.k2"), ActivationFormat::kFp8}, sm90));
   const std::pair<LayerPlan, const char*> wrong[] = {
       {{bs, bs, ActivationFormat::kBf16}, "FC1 tactic bsmma.r128x32.w4x1.s4.k1 takes mxfp8 activations; the plan's are bf16"},
       {{mma, bs, ActivationFormat::kMxfp8}, "FC1 tactic mma.r128x32.w4x1.s4.k1 takes bf16 activations; the plan's are mxfp8"},
       {{bs, mma, ActivationFormat::kMxfp8}, "FC2 tactic mma.r128x32.w4x1.s4.k1 takes bf16 activations; the plan's are mxfp8"},
+      {{bs, bs, ActivationFormat::kFp8}, "FC1 tactic bsmma.r128x32.w4x1.s4.k1 takes mxfp8 activations; the plan's are fp8"},
+      {{fused, fused, ActivationFormat::kFp8},
+       "FC1 tactic fused.r64x8.w4x2.u2.k1 takes bf16 activations; the plan's are fp8 (a whole-layer launch cannot "
+       "round FC1's output between its stages)"},
   };
   for (const auto& [plan, message] : wrong) {
     try {
@@ -475,10 +484,12 @@ TEST(ValidatePlan, ActivationsMustBeTheFamilies) {
   }
   EXPECT_THROW(parse_activation_format("fp16"), Error);
   EXPECT_EQ(parse_activation_format(activation_format_name(ActivationFormat::kMxfp8)), ActivationFormat::kMxfp8);
-  // No family takes fp8 activations yet (the CPU reference computes them): every fp8 plan is refused.
-  const Tactic gemv = parse_tactic("gemv.r64x8.w4x2.u2.k1");
-  EXPECT_THROW(validate_plan(shape, {gemv, gemv, ActivationFormat::kFp8}, sm90), Error);
-  EXPECT_THROW(heuristic_plan(shape, 64, sm90, ActivationFormat::kFp8), Error);
+  // The FP8 plan is the bf16 one, at every T.
+  for (const int tokens : {1, 8, 64, 512, 4096}) {
+    LayerPlan bf16 = heuristic_plan(shape, tokens, sm90);
+    bf16.activations = ActivationFormat::kFp8;
+    EXPECT_EQ(heuristic_plan(shape, tokens, sm90, ActivationFormat::kFp8), bf16) << tokens;
+  }
 }
 
 // A wgmma kernel must run on the registers its consumers' setmaxnreg assumes the launch allocates;

@@ -1,9 +1,9 @@
 // The GPU MoE layer against the CPU reference: every kernel family, both model shapes and odd
 // ones, token counts from 1 to 1024, skewed routing, the routing and permutation themselves,
 // determinism, CUDA-graph capture, and argument checks. The layer, skewed and determinism tests run
-// the bf16 families against the reference with bf16 activations and the block-scaled family
-// (MXFP8 activations; on a GPU other than a 12.x one its twin) against the reference computed with
-// MXFP8 activations. Outputs and workspaces are poisoned (NaN, -1) before every run, so an element
+// the bf16 families against the reference with bf16 activations, the block-scaled family (MXFP8
+// activations; on a GPU other than a 12.x one its twin) against the reference computed with MXFP8
+// activations, and the bf16 families on FP8-rounded rows against the reference with FP8 ones. Outputs and workspaces are poisoned (NaN, -1) before every run, so an element
 // nothing wrote cannot pass.
 #include <gtest/gtest.h>
 
@@ -62,7 +62,8 @@ TEST_P(GpuLayer, EveryTacticMatchesTheReference) {
   for (const auto& [name, plan] : plans_to_test(c.shape, c.activations)) {
     const GpuResult g = run_gpu(*layer.runner, x, c.tokens, &logits, plan ? &*plan : nullptr);
     expect_routing(g, ref.routing, c.shape.num_experts, name);
-    expect_close(g.out, ref.out, name);
+    expect_close(g.out, ref.out, name,
+                 c.activations == ActivationFormat::kFp8 ? kFp8RelativeError : kMaxRelativeError);
   }
 }
 
@@ -117,6 +118,25 @@ std::vector<LayerCase> mxfp8_layer_cases() {
 
 INSTANTIATE_TEST_SUITE_P(Mxfp8Shapes, GpuLayer, ::testing::ValuesIn(mxfp8_layer_cases()), layer_case_name);
 
+// FP8 activations: the bf16 families on rows the runner rounds (x before FC1, FC1's output before
+// FC2), through the self-routed GEMVs (T = 1-7), the gathers (wgmma, mma) and the stream-K GEMV;
+// K = 96 and 736 end in a short 128-block, and H = 2880 in a 64-wide one.
+std::vector<LayerCase> fp8_layer_cases() {
+  std::vector<LayerCase> cases;
+  auto add = [&](const char* name, MoeShape shape, std::initializer_list<int> tokens) {
+    for (int t : tokens) cases.push_back({name, shape, t, ActivationFormat::kFp8});
+  };
+  add("gpt_oss_20b", model_shape("gpt-oss-20b"), {1, 7, 64, 300});
+  add("gpt_oss_120b", model_shape("gpt-oss-120b"), {1, 64});
+  add("odd_E5_k3_H96_I160", MoeShape{5, 3, 96, 160, 1}, {1, 7, 33});
+  add("tp4_E32_k4_H2880_I736", MoeShape{32, 4, 2880, 736, 1}, {9});
+  add("deepseek_v4_flash", model_shape("deepseek-v4-flash"), {1, 64});
+  add("v4_E24_k6_H256_I192", MoeShape{24, 6, 256, 192, 1, deepseek_v4_spec(1.5f)}, {1, 7, 300, 1100});
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Fp8Shapes, GpuLayer, ::testing::ValuesIn(fp8_layer_cases()), layer_case_name);
+
 class GpuSkewed : public ::testing::TestWithParam<std::tuple<int, ActivationFormat>> {};
 
 // Every token's first choice is expert 0 (so it gets T rows, more than the GEMV's 8), the rest
@@ -135,13 +155,14 @@ TEST_P(GpuSkewed, AllTokensOnOneExpert) {
     const GpuResult g = run_gpu(*layer.runner, x, tokens, &logits, plan ? &*plan : nullptr);
     EXPECT_EQ(g.expert_counts[0], tokens);
     expect_routing(g, ref.routing, shape.num_experts, name);
-    expect_close(g.out, ref.out, name);
+    expect_close(g.out, ref.out, name, activations == ActivationFormat::kFp8 ? kFp8RelativeError : kMaxRelativeError);
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(Tokens, GpuSkewed,
                          ::testing::Combine(::testing::Values(1, 9, 100, 512),
-                                            ::testing::Values(ActivationFormat::kBf16, ActivationFormat::kMxfp8)),
+                                            ::testing::Values(ActivationFormat::kBf16, ActivationFormat::kMxfp8,
+                                                              ActivationFormat::kFp8)),
                          [](const ::testing::TestParamInfo<std::tuple<int, ActivationFormat>>& info) {
                            return std::to_string(std::get<0>(info.param)) + "_" +
                                   activation_format_name(std::get<1>(info.param));
@@ -249,7 +270,11 @@ TEST(GpuLayerDeterminism, BitIdenticalRunAfterRun) {
     const std::vector<Bf16> x = make_activations(tokens, shape.hidden, 9);
     const std::vector<float> logits = random_logits(tokens, shape.num_experts, 10);
     auto plans = plans_to_test(shape);
-    for (auto& mxfp8 : plans_to_test(shape, ActivationFormat::kMxfp8)) plans.push_back(std::move(mxfp8));
+    for (const ActivationFormat rounded : {ActivationFormat::kMxfp8, ActivationFormat::kFp8}) {
+      for (auto& [name, plan] : plans_to_test(shape, rounded)) {
+        plans.emplace_back(name + " " + activation_format_name(rounded), std::move(plan));
+      }
+    }
     for (const auto& [name, plan] : plans) {
       const GpuResult a = run_gpu(*layer.runner, x, tokens, &logits, plan ? &*plan : nullptr);
       const GpuResult b = run_gpu(*layer.runner, x, tokens, &logits, plan ? &*plan : nullptr);
@@ -261,18 +286,23 @@ TEST(GpuLayerDeterminism, BitIdenticalRunAfterRun) {
   }
 }
 
-// The runner's own plan, a fused (whole-layer) one and a stream-K one; the workspace is poisoned
-// before every replay, so the fused launch's counters and the stream-K flags must be zeroed inside
-// the graph.
+// The runner's own plan, a fused (whole-layer) one, a stream-K one, and with FP8 activations a
+// GEMV (which routes a small batch itself) and the stream-K one; the workspace is poisoned before
+// every replay, so the fused launch's counters and the stream-K flags must be zeroed inside the
+// graph, and the FP8 rounding must run in it.
 TEST(GpuLayerGraph, CapturedForwardReplaysExactly) {
   MXMOE_REQUIRE_GPU();
   const MoeShape shape = model_shape("gpt-oss-20b");
   const auto& layer = test_layer(shape, 17);
   const Tactic fused = parse_tactic("fused.r128x8.w8x1.u2.k1");
   const Tactic stream_k = parse_tactic("sk.r384x8.w24.u2.k1");
+  const Tactic gemv = parse_tactic("gemv.r64x8.w4x2.u2.k1");
   const LayerPlan fused_plan{fused, fused}, stream_plan{stream_k, stream_k};
-  for (const LayerPlan* plan : {static_cast<const LayerPlan*>(nullptr), &fused_plan, &stream_plan}) {
-    const std::string which = plan ? " " + plan->fc1.name() : " heuristic";
+  const LayerPlan fp8_gemv{gemv, gemv, ActivationFormat::kFp8}, fp8_stream{stream_k, stream_k, ActivationFormat::kFp8};
+  for (const LayerPlan* plan :
+       {static_cast<const LayerPlan*>(nullptr), &fused_plan, &stream_plan, &fp8_gemv, &fp8_stream}) {
+    const std::string which =
+        plan ? " " + plan->fc1.name() + " " + activation_format_name(plan->activations) : " heuristic";
     for (int tokens : {1, 8, 200}) {
       const std::vector<Bf16> x = make_activations(tokens, shape.hidden, 31);
       const std::vector<float> logits = random_logits(tokens, shape.num_experts, 32);

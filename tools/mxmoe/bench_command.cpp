@@ -39,22 +39,23 @@ constexpr OptionSpec kOptions[] = {
     {"breakdown", "", "also time each stage in the graph (routing, FC1, FC2, un-permute) against its bytes"},
     {"json", "FILE", "also write every number as JSON"},
     {"plan", "FC1[,FC2]", "time this plan instead of the runner's (one whole-layer tactic names both stages)"},
-    {"activations", "bf16|mxfp8", "the runners' activations (default bf16; mxfp8: the block-scaled tiles)"},
+    {"activations", "bf16|mxfp8|fp8",
+     "the runners' activations (default bf16; mxfp8: the block-scaled tiles; fp8: the bf16 families on rounded rows)"},
 };
 
 constexpr CommandSpec kSpec{
     "bench", "[--model M[,M...]|all] [--tokens LIST] [--layers N] [--replays N] [--skewed] [--compare] [--breakdown] [--json FILE] [--plan FC1[,FC2]]\n"
-    "                   [--activations bf16|mxfp8]",
+    "                   [--activations bf16|mxfp8|fp8]",
     "Times the whole MoE layer (routing, permutation, FC1 + SwiGLU, FC2, weighted un-permute) against the\n"
     "device's own measured ceilings: streaming-read bandwidth and the cuBLAS bf16 matmul rate. Each row's\n"
     "output is checked against the CPU reference with the plan's activations (rel.err); a row with MXFP8\n"
-    "activations also prints their cost, its error against the reference with bf16 activations. Where NVML\n"
+    "or FP8 activations also prints their cost, its error against the reference with bf16 activations. Where NVML\n"
     "is there, each row and each ceiling also gets the SM clock the card held while it was timed and how\n"
     "often the card's power cap was holding the clock down.",
     kOptions};
 
 // Against the CPU reference with the plan's activations: the GPU and the CPU compute the same
-// function, so MXFP8 rows take bf16's bound (docs/benchmarking.md); what MXFP8 costs is the
+// function, so MXFP8 and FP8 rows take bf16's bound (docs/benchmarking.md); what they cost is the
 // separate `cost` figure (docs/block-scaled.md).
 constexpr double kMaxRelativeError = 1e-2;
 
@@ -69,7 +70,7 @@ struct Row {
   std::string activations = "bf16";
   double rel_error = 0;
   ClockReport clocks;  // during the timed replays of the row's plan
-  double cost = 0;  // MXFP8 activations: the error against the reference with bf16 activations
+  double cost = 0;  // MXFP8 or FP8 activations: the error against the reference with bf16 activations
   double tokens_per_s = 0;
   double heuristic_us = 0;  // --compare: the heuristic plan's time (0 when not measured)
   // --breakdown: in-graph time of each stage (prefix differences), 0 when not measured
@@ -80,11 +81,14 @@ struct Row {
   bool whole_layer = false, routing_in_fc1 = false;
 };
 
-// --plan: "FC1,FC2", or one whole-layer tactic for both stages; the activations FC1's family takes.
-LayerPlan parse_plan(const std::string& text) {
+// --plan: "FC1,FC2", or one whole-layer tactic for both stages; the activations FC1's family takes,
+// or FP8 where the runners' are FP8 (the bf16 families on rounded rows).
+LayerPlan parse_plan(const std::string& text, ActivationFormat runner_activations) {
   const size_t comma = text.find(',');
   const Tactic fc1 = parse_tactic(text.substr(0, comma));
-  return {fc1, comma == std::string::npos ? fc1 : parse_tactic(text.substr(comma + 1)), activations_of(fc1)};
+  const ActivationFormat takes = activations_of(fc1);
+  return {fc1, comma == std::string::npos ? fc1 : parse_tactic(text.substr(comma + 1)),
+          runner_activations == ActivationFormat::kFp8 && takes == ActivationFormat::kBf16 ? runner_activations : takes};
 }
 
 Row bench_tokens(const std::string& model, LayerRotation& rotation, int tokens, int replays, bool skewed,
@@ -104,7 +108,7 @@ Row bench_tokens(const std::string& model, LayerRotation& rotation, int tokens, 
   row.clocks = timing.clocks;
   row.activations = activation_format_name(plan.activations);
   row.rel_error = rotation.first_layer_error(plan.activations);
-  if (plan.activations == ActivationFormat::kMxfp8) row.cost = rotation.first_layer_error(ActivationFormat::kBf16);
+  if (plan.activations != ActivationFormat::kBf16) row.cost = rotation.first_layer_error(ActivationFormat::kBf16);
   row.touched_experts = rotation.touched_experts();
   row.bytes = rotation.counted_bytes();
   const double flops = 2.0 * tokens * shape.top_k * (3.0 * shape.hidden * shape.intermediate);
@@ -160,9 +164,9 @@ void print_table(const std::vector<Row>& rows, const Ceilings& c) {
   std::printf("\nceilings: read %.0f GB/s%s, bf16 matmul %.0f TFLOP/s%s\n", c.read_gbs, clock_text(c.read_clocks).c_str(),
               c.bf16_tflops, clock_text(c.bf16_clocks).c_str());
   const bool compared = std::any_of(rows.begin(), rows.end(), [](const Row& r) { return r.heuristic_us > 0; });
-  const bool mxfp8 = std::any_of(rows.begin(), rows.end(), [](const Row& r) { return r.activations == "mxfp8"; });
+  const bool rounded = std::any_of(rows.begin(), rows.end(), [](const Row& r) { return r.activations != "bf16"; });
   std::printf("%-13s %5s %10s %17s %7s %6s %8s %6s %-26s %-26s %5s %8s%s %8s %5s %4s%s\n", "model", "T", "us/layer", "min-max",
-              "GB/s", "%read", "TFLOP/s", "%bf16", "FC1", "FC2", "act", "rel.err", mxfp8 ? "     cost" : "", "tok/s", "MHz",
+              "GB/s", "%read", "TFLOP/s", "%bf16", "FC1", "FC2", "act", "rel.err", rounded ? "     cost" : "", "tok/s", "MHz",
               "cap", compared ? "  heuristic us  tuned/heur" : "");
   for (const auto& r : rows) {
     char spread[32];
@@ -170,7 +174,7 @@ void print_table(const std::vector<Row>& rows, const Ceilings& c) {
     char comparison[48] = "";
     if (compared) std::snprintf(comparison, sizeof(comparison), "  %12.1f  %10.3f", r.heuristic_us, r.us_median / r.heuristic_us);
     char cost[16] = "";
-    if (mxfp8) std::snprintf(cost, sizeof(cost), " %8.1e", r.cost);
+    if (rounded) std::snprintf(cost, sizeof(cost), " %8.1e", r.cost);
     char clocks[16] = "    -    -";
     if (r.clocks.samples > 0) {
       std::snprintf(clocks, sizeof(clocks), "%5u %3.0f%%", r.clocks.sm_mhz_median, 100 * r.clocks.power_capped_fraction);
@@ -258,16 +262,16 @@ int bench_command(std::span<const std::string> args) {
   const int num_layers = static_cast<int>(parsed->get_int("layers", 8, 8, 64));
   const int replays = static_cast<int>(parsed->get_int("replays", 30, 20, 10000));
   const bool skewed = parsed->flag("skewed");
+  RunnerOptions options;
+  options.activations = gpu_activations(*parsed);
   std::optional<LayerPlan> forced;
   if (parsed->has("plan")) {
     try {
-      forced = parse_plan(parsed->get("plan", ""));
+      forced = parse_plan(parsed->get("plan", ""), options.activations);
     } catch (const Error& e) {
       throw UsageError(std::string("--plan: ") + e.what());
     }
   }
-  RunnerOptions options;
-  options.activations = gpu_activations(*parsed);
   if (list_gpus().empty()) throw Error("bench: no CUDA GPU is visible");
 
   const DeviceReport device = describe_device();
@@ -296,7 +300,7 @@ int bench_command(std::span<const std::string> args) {
       const Row& r = rows.back();
       std::printf("  T=%-5d %9.1f us/layer  %6.0f GB/s  %5.1f TFLOP/s  rel.err %.1e", r.tokens, r.us_median, r.gbs,
                   r.tflops, r.rel_error);
-      if (r.activations == "mxfp8") std::printf("  MXFP8 cost %.1e", r.cost);
+      if (r.activations != "bf16") std::printf("  %s cost %.1e", r.activations == "fp8" ? "FP8" : "MXFP8", r.cost);
       std::printf("\n");
       std::fflush(stdout);
     }

@@ -69,8 +69,8 @@ bool has_shape_override(const ParsedArgs& args);
 // bench's and tune's --model: "all" (every preset, in model_presets() order) or presets by name,
 // comma-separated; UsageError naming one that is not a preset.
 std::vector<std::string> model_list(const std::string& arg);
-// --activations (default bf16) of a command that runs the GPU kernels: bf16 or mxfp8; UsageError
-// for anything else, fp8 included (only the CPU reference computes it so far).
+// --activations (default bf16) of a command that runs the GPU kernels: bf16, mxfp8 or fp8;
+// UsageError naming anything else.
 ActivationFormat gpu_activations(const ParsedArgs& args);
 
 }  // namespace mxmoe::cli

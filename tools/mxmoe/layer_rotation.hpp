@@ -63,7 +63,7 @@ class LayerRotation {
   cudaStream_t stream_ = nullptr;
   int tokens_ = 0;
   std::vector<int> sample_;
-  std::vector<float> reference_[2];  // layer 0 on sample_ per activation format, computed once per set_tokens
+  std::vector<float> reference_[3];  // layer 0 on sample_ per activation format, computed once per set_tokens
   ClockMonitor clock_monitor_;
 };
 

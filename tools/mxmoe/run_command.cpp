@@ -181,19 +181,15 @@ int run_command(std::span<const std::string> args) {
   } catch (const Error& e) {
     throw UsageError(std::string("--activations: ") + e.what());
   }
-  const bool mxfp8 = format == ActivationFormat::kMxfp8, fp8 = format == ActivationFormat::kFp8;
+  const bool mxfp8 = format == ActivationFormat::kMxfp8;
   if (parsed->flag("self-check") && !mxfp8) throw UsageError("--self-check checks the MXFP8 path: add --activations mxfp8");
-  if (fp8 && device == "gpu") {
-    throw UsageError("--activations fp8 --device gpu: no kernel family takes fp8 activations yet; the CPU reference "
-                     "computes them (--device cpu)");
-  }
   const std::vector<GpuInfo> gpus = list_gpus();
   if (device == "gpu" && gpus.empty()) throw Error("--device gpu: no CUDA GPU is visible");
   if (parsed->flag("self-check") && (device == "cpu" || gpus.empty())) {
     throw UsageError("--self-check runs on a GPU: drop it or --device cpu");
   }
   std::printf("layer: %s, layer %d, weights %s\n", weights.shape.describe().c_str(), layer, source.c_str());
-  if (device == "gpu" || (device == "auto" && !gpus.empty() && !fp8)) {
+  if (device == "gpu" || (device == "auto" && !gpus.empty())) {
     const RunnerOptions options{
         .activations = format,
         .block_scaled_check = parsed->flag("self-check") ? BlockScaledCheck::kAlways : BlockScaledCheck::kOnSm12x};
@@ -208,7 +204,6 @@ int run_command(std::span<const std::string> args) {
   }
   std::printf("device: cpu (float32 reference, %s activations, %d threads)\n", activations.c_str(),
               default_thread_count());
-  if (fp8 && !gpus.empty()) std::printf("note: fp8 activations run on the CPU reference: no GPU kernel takes them yet\n");
 
   const auto start = std::chrono::steady_clock::now();
   const ReferenceOptions options{.activations = format};

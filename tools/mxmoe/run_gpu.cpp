@@ -115,11 +115,12 @@ GpuRun run_on_gpu(const MoeLayerWeights& weights, std::span<const Bf16> x, int n
               activation_format_name(plan.activations));
   if (!router_logits) std::printf("check: router logits relative error %.3e (bound 1e-5)\n", logits_error);
   std::printf("check: output relative error %.3e (bound %.0e)\n", error, kGpuRelTolerance);
-  if (plan.activations == ActivationFormat::kMxfp8) {
-    // What MXFP8 activations cost: the output against the reference with bf16 activations, which is
-    // within 1e-5 of the float64 evaluation (kReferenceRelTolerance).
+  if (plan.activations != ActivationFormat::kBf16) {
+    // What rounded activations cost: the output against the reference with bf16 activations, which
+    // is within 1e-5 of the float64 evaluation (kReferenceRelTolerance).
     const ReferenceResult bf16 = reference_forward_from_logits(weights, x_sample, checked, logits_sample);
-    std::printf("check: MXFP8 activations cost %.3e against bf16 activations (bound %.0e)\n",
+    std::printf("check: %s activations cost %.3e against bf16 activations (bound %.0e)\n",
+                plan.activations == ActivationFormat::kFp8 ? "FP8" : "MXFP8",
                 relative_error(gpu_sample, std::vector<double>(bf16.out.begin(), bf16.out.end())),
                 kMxfp8ActivationRelTolerance);
   }

@@ -27,18 +27,19 @@ constexpr OptionSpec kOptions[] = {
     {"tokens", "LIST", "token-count buckets (default 1,2,4,5,8,9,16,32,64,128,256,512,1024,4096)"},
     {"layers", "N", "distinct layers rotated per timing (default 8, at least 8)"},
     {"replays", "N", "timed replays per candidate (default 10)"},
-    {"activations", "bf16|mxfp8", "tune the plans of this activation format (default bf16; mxfp8: the block-scaled tiles)"},
+    {"activations", "bf16|mxfp8|fp8",
+     "tune the plans of this activation format (default bf16; mxfp8: the block-scaled tiles; fp8: the bf16 families)"},
 };
 
 constexpr CommandSpec kSpec{
-    "tune", "[--model M[,M...]|all] [--tokens LIST] [--layers N] [--replays N] [--activations bf16|mxfp8]",
+    "tune", "[--model M[,M...]|all] [--tokens LIST] [--layers N] [--replays N] [--activations bf16|mxfp8|fp8]",
     "Times every valid tactic of this GPU's arch for FC1 and FC2 (with K splits) at each token-count bucket,\n"
     "checks each against the CPU reference, and stores the fastest plans in the cache directory's tuned\n"
     "table for this device (a plan other than the heuristic's only when timing both again, alternately,\n"
     "confirms it more than 1% faster); 'mxmoe run', 'mxmoe bench' and the library's forward() then use\n"
     "them (a batch takes the plan of the smallest tuned bucket at least its size; past the largest, the\n"
-    "heuristic's). Plans with MXFP8 activations are tuned and stored apart, for runners that ask for them;\n"
-    "their candidates are checked against the CPU reference with MXFP8 activations.",
+    "heuristic's). Plans with MXFP8 or FP8 activations are tuned and stored apart, for runners that ask for\n"
+    "them; their candidates are checked against the CPU reference with those activations.",
     kOptions};
 
 constexpr double kMaxRelativeError = 1e-2;
@@ -115,10 +116,14 @@ int tune_command(std::span<const std::string> args) {
       Best best;
       try_plan(rotation, heuristic, replays, best);
       double heuristic_us = best.us;
-      // The arch's tactics of the families that take these activations.
+      // The arch's tactics of the families that take these activations (FP8's: the bf16 families,
+      // on rows the runner rounds; validate_plan drops the whole-layer ones).
       std::vector<Tactic> tactics;
       for (const Tactic& t : valid_tactics(device.arch->name)) {
-        if (activations_of(t) == options.activations) tactics.push_back(t);
+        const ActivationFormat takes = activations_of(t);
+        if (takes == options.activations || (options.activations == ActivationFormat::kFp8 && takes == ActivationFormat::kBf16)) {
+          tactics.push_back(t);
+        }
       }
       // A plan that cannot take the shape (a GEMV-style ring past the shared memory at K = 7168, more K
       // splits than FC2 has K tiles) is left out, as the runner would refuse it.
