@@ -145,10 +145,10 @@ class MoeRunner {
 
   RoutingView routing(void* workspace, int num_tokens) const;
 
-  // Whether forward() of `num_tokens` tokens under `plan` runs with no routing launch, FC1 and FC2
-  // routing the batch themselves: a batch that can (can_route_in_expert_kernels) and whose FC1 grid
-  // is resident at once on this device, of a whole layer (not an expert-parallel shard). Host-only;
-  // loads the plan's kernels to ask.
+  // Whether forward() and forward_experts() of `num_tokens` tokens under `plan` run with no routing
+  // launch, FC1 and FC2 routing the batch themselves (from the logits or the caller's top-k, a
+  // shard's through its map): a batch that can (can_route_in_expert_kernels) and whose FC1 grid is
+  // resident at once on this device. Host-only; loads the plan's kernels to ask.
   bool routes_in_expert_kernels(const LayerPlan& plan, int num_tokens) const;
 
  private:

@@ -247,17 +247,19 @@ __device__ __forceinline__ GemvWork gemv_work(const ExpertGemmArgs& args, int sl
   return gemv_work_of(args, expert, first_row, args.expert_offsets[expert + 1] - first_row, split, k_split);
 }
 
-// A small batch routed by the CTA itself (args.route_logits set; expert_gemm_args.hpp), in shared
-// memory at `smem` (small_route_bytes): the CTA takes the tokens' top-k (select_batch_experts: a
-// 1-token batch's experts split over all its warps), then warp 0 gives every pair
-// its sorted row (pairs of lower experts, then of its own expert from lower lanes) and finds the
-// CTA's expert, active slot `slot`. `args.sorted_pairs` is pointed at the shared copy. With
+// A small batch routed by the CTA itself (args.routes_itself; expert_gemm_args.hpp), in shared
+// memory at `smem` (small_route_bytes): the CTA takes every pair's local expert from `source`
+// (select_batch_pairs: the tokens' top-k from the logits, a 1-token batch's experts split over all
+// its warps, or the caller's top-k through the map to local experts), then warp 0 gives every
+// pair its sorted row (pairs of lower experts, then of its own expert from lower lanes) and finds
+// the CTA's expert, active slot `slot`. `args.sorted_pairs` is pointed at the shared copy. With
 // `write_workspace` the CTA's last warp also writes the whole routing to args.route, for the
-// caller. This buys the layer no routing launch, and no global round trip between the logits and
-// the first weight load.
-// Budget: T E 4 bytes of logits from L2 per CTA; per token k rounds of E / (32 x its warps)
-// compares, and k rounds over its warps' candidates; 32 shuffles.
-__device__ __forceinline__ GemvWork route_small_batch_in_cta(ExpertGemmArgs& args, const RouterMath& router,
+// caller. This buys the layer no routing launch, and no global round trip between the routing's
+// inputs and the first weight load.
+// Budget: T R 4 bytes of logits from L2 per CTA (or 8-12 bytes a pair of the caller's top-k); per
+// token k rounds of R / (32 x its warps) compares, and k rounds over its warps' candidates; 32
+// shuffles.
+__device__ __forceinline__ GemvWork route_small_batch_in_cta(ExpertGemmArgs& args, const RouteInput& source,
                                                              unsigned char* smem, int slot, bool write_workspace,
                                                              int split, int k_split) {
   const int pairs = args.num_tokens * args.top_k;
@@ -269,8 +271,7 @@ __device__ __forceinline__ GemvWork route_small_batch_in_cta(ExpertGemmArgs& arg
   int* pair_rows = pair_experts + 3 * kSmallBatchPairs;
   int* mine = pair_rows + kSmallBatchPairs;   // the CTA's expert, first row, row count
   int* counts = mine + kSmallRouteOwnWords;   // [E], [E + 1]: the workspace writer's scratch
-  select_batch_experts(args.route_logits, args.num_tokens, args.num_experts, args.top_k, pair_experts, pair_weights,
-                       router, nullptr, candidates);
+  select_batch_pairs(source, args.num_tokens, args.top_k, pair_experts, pair_weights, candidates);
   if (threadIdx.x == 0) mine[0] = -1, mine[1] = mine[2] = 0;  // no expert, unless warp 0 finds one
   __syncthreads();
   if (warp == 0) rank_small_batch(pair_experts, pairs, slot, pair_rows, sorted_pairs, mine);

@@ -52,11 +52,12 @@ struct ExpertGemmArgs {
   const int* tile_offsets;    // [E + 1] for the kernel's token-tile size (tiled and stream-K families)
   void* output;               // FC1: bf16 [pairs, rows / 2]; FC2: fp32 [k_split][pairs, rows], or bf16
   StageEpilogue epilogue;
-  // A GEMV plan's batch of at most kSmallBatchPairs pairs routes itself, with no routing kernel:
-  // every CTA computes its part of the routing from these logits [T, E] in shared memory
-  // (expert_gemm.cuh; the un-permute does the same), and FC2's CTA (0, 0, 0) writes the whole of
-  // it to `route` for the caller (MoeRunner::routing). Null: the routing kernel's buffers above.
-  const float* route_logits;
+  // 1: a GEMV plan's batch of at most kSmallBatchPairs pairs routes itself, with no routing kernel:
+  // every CTA computes its part of the routing in shared memory from the layer's RouteInput (the
+  // router logits or the caller's top-k; LayerArgs::source, a kernel argument of its own;
+  // expert_gemm.cuh; the un-permute does the same), and FC2's CTA (0, 0, 0) writes the whole of it
+  // to `route` for the caller (MoeRunner::routing). 0: the routing kernel's buffers above.
+  int routes_itself;
   int num_tokens;
   RouteBuffers route;
   // The stream-K GEMV (expert_gemv_streamk.cuh): per CTA, the partial sums of its first piece
@@ -87,10 +88,11 @@ struct LayerArgs {
   // 0 where some does not, or it is not known. (Not in ExpertGemmArgs: the fused layer copies
   // those to shared memory, and one more word there makes ptxas spill its sm_120a FC1 loop.)
   int scales_one_multiply[2];
-  // How the stages' route_logits route (the layer's router), for the families that route a small
-  // batch themselves: the GEMV takes it as a kernel argument of its own. (Not in ExpertGemmArgs:
-  // four words more there made ptxas spill 32 more bytes in the fused layer's sm_100a FC1 loop.)
-  RouterMath router;
+  // Where a batch that routes itself (ExpertGemmArgs::routes_itself) takes its routing from: the
+  // router logits and the layer's router, or the caller's top-k, and the map to local experts. The
+  // GEMV takes it as a kernel argument of its own. (Not in ExpertGemmArgs: four words more there
+  // made ptxas spill 32 more bytes in the fused layer's sm_100a FC1 loop.)
+  RouteInput source;
 };
 
 // The schedule's length for E experts and H hidden rows (every FC2 column group has >= 16 rows).

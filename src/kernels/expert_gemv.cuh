@@ -155,18 +155,18 @@ __device__ __forceinline__ void gemv_columns(const ExpertGemmArgs& args, const G
 
 template <int kColumns, int kWarpsK, int kTokens, bool kFc1, int kUnroll>
 __global__ void __launch_bounds__(kColumns * kWarpsK * 32, (kGemvMinBlocks<kColumns, kWarpsK, kUnroll>))
-    expert_gemv_kernel(ExpertGemmArgs args, int k_split, RouterMath router) {
+    expert_gemv_kernel(ExpertGemmArgs args, int k_split, RouteInput source) {
   if constexpr (kFc1) {
-    wait_for_prerequisite_grids();  // the routing; for a batch that routes itself, the logits
+    wait_for_prerequisite_grids();  // the routing; for a batch that routes itself, its logits or top-k
     allow_dependent_grids();
   }
   ExpertGemmArgs routed = args;
   GemvWork w;
-  if (args.route_logits) {  // FC2 too reads the logits before its wait: FC1 waited on their writer
+  if (args.routes_itself) {  // FC2 too reads the routing's inputs before its wait: FC1 waited on their writer
     const int own_bytes = gemv_smem_bytes(kTokens, args.staged_rows, args.k_tiles, k_split, kColumns, kWarpsK);
     // FC2's first CTA writes the routing for the caller: it starts while FC1 streams.
     const bool writes = !kFc1 && blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0;
-    w = route_small_batch_in_cta(routed, router, dynamic_smem() + small_route_offset(own_bytes), blockIdx.y, writes,
+    w = route_small_batch_in_cta(routed, source, dynamic_smem() + small_route_offset(own_bytes), blockIdx.y, writes,
                                  blockIdx.z, k_split);
   } else {
     w = gemv_work(args, blockIdx.y, blockIdx.z, k_split);

@@ -67,12 +67,12 @@ class GemvFamily final : public KernelFamily {
     return g;
   }
 
-  // The kernel takes the layer's router beside its stage's arguments (a batch routes itself).
+  // The kernel takes the routing's source beside its stage's arguments (a batch routes itself).
   void launch(const ExpertLaunch& l, const kernels::LayerArgs& args, cudaStream_t stream) const override {
     kernels::ExpertGemmArgs stage_args = stage_arguments(l, args);
     int k_split = l.tactic.k_split;
-    kernels::RouterMath router = args.router;
-    void* params[] = {&stage_args, &k_split, &router};
+    kernels::RouteInput source = args.source;
+    void* params[] = {&stage_args, &k_split, &source};
     launch_kernel(l, params, stream);
   }
 

@@ -93,13 +93,8 @@ __device__ __forceinline__ void route_token(const RouteInput& in, int token, int
     select_token_experts(in.logits, token, in.routed_experts, top_k, experts, weights, in.router, in.local_experts);
     return;
   }
-  const int lane = threadIdx.x % 32, pair = token * top_k + lane;
-  if (lane >= top_k) return;
-  const long long id = in.ids_int64 ? static_cast<const long long*>(in.topk_ids)[pair]
-                                    : static_cast<const int*>(in.topk_ids)[pair];
-  const int expert = id >= 0 && id < in.routed_experts ? static_cast<int>(id) : -1;
-  weights[pair] = in.topk_weights[pair];
-  experts[pair] = expert >= 0 && in.local_experts ? in.local_experts[expert] : expert;
+  const int lane = threadIdx.x % 32;
+  if (lane < top_k) take_given_pair(in, token * top_k + lane, experts, weights);
 }
 
 constexpr int kSelectWarps = 8;  // tokens per CTA, one per warp

@@ -231,6 +231,31 @@ __device__ __forceinline__ void select_batch_experts(const float* logits, int nu
   }
 }
 
+// Pair `pair` of the caller's top-k (RouteInput::topk_ids and topk_weights) as a local expert (-1
+// for an id outside [0, routed_experts) or one the map gives -1) and its weight, into experts[pair]
+// and weights[pair].
+__device__ __forceinline__ void take_given_pair(const RouteInput& in, int pair, int* experts, float* weights) {
+  const long long id =
+      in.ids_int64 ? static_cast<const long long*>(in.topk_ids)[pair] : static_cast<const int*>(in.topk_ids)[pair];
+  const int expert = id >= 0 && id < in.routed_experts ? static_cast<int>(id) : -1;
+  weights[pair] = in.topk_weights[pair];
+  experts[pair] = expert >= 0 && in.local_experts ? in.local_experts[expert] : expert;
+}
+
+// Every pair's local expert and weight by the whole CTA, from the logits (select_batch_experts) or
+// the caller's top-k (take_given_pair). Every thread calls it; the caller synchronises after.
+__device__ __forceinline__ void select_batch_pairs(const RouteInput& in, int num_tokens, int top_k, int* experts,
+                                                   float* weights, uint2* candidates) {
+  if (in.logits) {
+    select_batch_experts(in.logits, num_tokens, in.routed_experts, top_k, experts, weights, in.router,
+                         in.local_experts, candidates);
+    return;
+  }
+  for (int pair = threadIdx.x; pair < num_tokens * top_k; pair += blockDim.x) {
+    take_given_pair(in, pair, experts, weights);
+  }
+}
+
 // Exclusive scans over experts of `counts` (shared memory): each expert's first sorted row (into
 // `offsets` [E + 1], shared, and the workspace), its count, the active list and each tile size's
 // tile offsets (workspace). Each thread takes a contiguous chunk of experts. kWholeCta: by every
@@ -386,9 +411,10 @@ __device__ __forceinline__ void permute_small_batch(const int* pair_experts, int
   write_small_batch_rows(pairs, num_pairs, offsets, route);
 }
 
-// Warp 0's part of a small batch's routing inside one CTA, after every pair's expert is in
-// `pair_experts` (shared): each pair's sorted row (pairs of lower experts, then of its own expert
-// from lower lanes) into pair_rows and, when given, sorted_pairs; when `mine` is given, the expert
+// Warp 0's part of a small batch's routing inside one CTA, after every pair's expert (-1: none) is
+// in `pair_experts` (shared): each pair's sorted row (pairs of lower experts, then of its own expert
+// from lower lanes; -1 for a pair of no expert) into pair_rows and, when given, sorted_pairs; when
+// `mine` is given, the expert
 // of active slot `slot`, its first sorted row and its row count into mine[0..2] (left alone when
 // there is no such slot). 32 shuffles, no scan over experts. Call with one whole warp.
 __device__ __forceinline__ void rank_small_batch(const int* pair_experts, int num_pairs, int slot, int* pair_rows,
@@ -401,16 +427,13 @@ __device__ __forceinline__ void rank_small_batch(const int* pair_experts, int nu
   int rows_before = 0, experts_before = 0;  // pairs, and distinct experts, below this pair's expert
   for (int q = 0; q < num_pairs; ++q) {
     const int other = __shfl_sync(0xffffffffu, expert, q);
-    if (other < expert) {
+    if (other >= 0 && other < expert) {
       ++rows_before;
       experts_before += (leaders >> q) & 1;
     }
   }
-  if (expert >= 0) {
-    const int row = rows_before + p.rank;
-    pair_rows[lane] = row;
-    if (sorted_pairs) sorted_pairs[row] = lane;
-  }
+  if (lane < num_pairs) pair_rows[lane] = expert >= 0 ? rows_before + p.rank : -1;
+  if (expert >= 0 && sorted_pairs) sorted_pairs[rows_before + p.rank] = lane;
   if (mine && leads && experts_before == slot) {
     mine[0] = expert;
     mine[1] = rows_before;

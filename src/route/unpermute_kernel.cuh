@@ -18,11 +18,10 @@ constexpr int kUnpermuteSlots = 32;     // slots whose rows and weights are stag
 // beside the expert weights at decode, where it is a latency term. The token's rows and weights
 // are staged before the wait on FC2 (the routing was complete before FC1 began), so that after it
 // every slot's row loads can be in flight at once. A small batch that routed itself in FC1 and FC2
-// (`route_logits` set) is routed again here, from the logits, also before the wait.
+// (`routes_itself`) is routed again here, from `source`, also before the wait.
 __global__ void __launch_bounds__(kUnpermuteThreads)
     unpermute_kernel(const void* y, int bf16_rows, long long split_stride, int k_split, int hidden, int top_k,
-                     RouteBuffers route, __nv_bfloat16* out, const float* route_logits, RouterMath router, int num_tokens,
-                     int num_experts) {
+                     RouteBuffers route, __nv_bfloat16* out, int routes_itself, RouteInput source, int num_tokens) {
   __shared__ int rows[kUnpermuteSlots];
   __shared__ float weights[kUnpermuteSlots];
   const int token = blockIdx.x;
@@ -34,13 +33,12 @@ __global__ void __launch_bounds__(kUnpermuteThreads)
       weights[threadIdx.x] = pair_weights[pair];
     }
   };
-  if (route_logits) {  // at most kSmallBatchPairs pairs, so one chunk of slots
+  if (routes_itself) {  // at most kSmallBatchPairs pairs, so one chunk of slots
     __shared__ int pair_experts[kSmallBatchPairs], pair_rows[kSmallBatchPairs];
     __shared__ float pair_weights[kSmallBatchPairs];
     __shared__ uint2 candidates[kUnpermuteThreads / 32 * 8];  // select_scratch_bytes for top-8
     const int warp = threadIdx.x / 32;
-    select_batch_experts(route_logits, num_tokens, num_experts, top_k, pair_experts, pair_weights, router, nullptr,
-                         candidates);
+    select_batch_pairs(source, num_tokens, top_k, pair_experts, pair_weights, candidates);
     __syncthreads();
     if (warp == 0) rank_small_batch(pair_experts, num_tokens * top_k, -1, pair_rows, nullptr, nullptr);
     __syncthreads();

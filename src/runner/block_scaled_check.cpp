@@ -129,7 +129,7 @@ std::vector<float> run_fc2(const Tactic& t, const Problem& p, cudaStream_t strea
               .tile_offsets = static_cast<const int*>(d_tiles.get()) + tile_index * (e + 1),
               .output = out.get(),
               .epilogue = {.fc2 = {.split_stride = static_cast<long long>(outputs), .output_bf16 = 0}},
-              .route_logits = nullptr,
+              .routes_itself = 0,
               .num_tokens = p.tokens,
               .route = {},
               .stream_partials = nullptr,

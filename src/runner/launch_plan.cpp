@@ -10,8 +10,7 @@
 
 namespace mxmoe {
 
-LayerLaunch make_layer_launch(const MoeShape& shape, const Arch& arch, const LayerPlan& plan, int num_tokens,
-                              bool may_route_itself) {
+LayerLaunch make_layer_launch(const MoeShape& shape, const Arch& arch, const LayerPlan& plan, int num_tokens) {
   validate_plan(shape, plan, arch);
   const KernelFamily& fc1_family = *plan.fc1.family;
   const ExpertKernels &fc1_kernels = expert_kernels(plan.fc1), &fc2_kernels = expert_kernels(plan.fc2);
@@ -19,10 +18,11 @@ LayerLaunch make_layer_launch(const MoeShape& shape, const Arch& arch, const Lay
 
   // A small batch routes itself in FC1 and FC2 only where FC1's CTAs are all resident at once: a
   // CTA of a later wave would pay the routing before its first load, while the streaming CTAs wait
-  // on its issue slots (docs/performance.md, "The heuristic's decisions"). They route as the
-  // layer's router does (LayerArgs::router).
+  // on its issue slots (docs/performance.md, "The heuristic's decisions"). They route from the
+  // router logits as the layer's router does, or from the caller's top-k, through an
+  // expert-parallel shard's map to its local experts (LayerArgs::source).
   bool routes_itself = false;
-  if (may_route_itself && can_route_in_expert_kernels(plan, num_tokens, shape.top_k)) {
+  if (can_route_in_expert_kernels(plan, num_tokens, shape.top_k)) {
     const LaunchGeometry g = fc1_family.geometry(plan.fc1, fc1, num_tokens, true, fc1_kernels.fc1);
     const long long ctas = static_cast<long long>(g.grid.x) * g.grid.y * g.grid.z;
     routes_itself = ctas <= resident_ctas(fc1_kernels.fc1, g.threads, g.smem_bytes);

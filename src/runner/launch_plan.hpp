@@ -28,11 +28,8 @@ struct LayerLaunch {
 
 // Checks `plan` against the shape and arch (validate_plan), loads its kernels on the current device
 // (compiling them on first use), and decides each launch for `num_tokens` tokens; the launches
-// serve any smaller batch too. `may_route_itself`: whether a small batch may route itself in FC1
-// and FC2 from the router logits (not where the routing comes from the caller, or goes through an
-// expert-parallel shard's map). Throws Error when the plan cannot run.
-LayerLaunch make_layer_launch(const MoeShape& shape, const Arch& arch, const LayerPlan& plan, int num_tokens,
-                              bool may_route_itself);
+// serve any smaller batch too. Throws Error when the plan cannot run.
+LayerLaunch make_layer_launch(const MoeShape& shape, const Arch& arch, const LayerPlan& plan, int num_tokens);
 
 // The LayerLaunch of every token count from 1 to a prepared maximum, in buckets: every count up to
 // kExactTokens is a bucket of its own (staged rows, self-routing and the per-expert grids change

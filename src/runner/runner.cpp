@@ -46,10 +46,10 @@ struct MoeRunner::Impl {
   RecordGeometry fc1_geometry, fc2_geometry;
   int routed_experts = 0;
   PackedLayer weights;  // its local_experts: an expert-parallel shard's map; null for a whole layer
-  mutable std::shared_mutex launches_mutex;  // forward() reads the tables, prepare() rebuilds them
-  // The launches of the layer form (routing from logits; a small batch may route itself) and of the
-  // engine form (the caller's top-k, always permuted by the routing launch).
-  mutable LaunchTable launches, given_topk_launches;
+  mutable std::shared_mutex launches_mutex;  // forward() reads the table, prepare() rebuilds it
+  // The launches of both forms (routing from logits or the caller's top-k: a small batch routes
+  // itself from either).
+  mutable LaunchTable launches;
 
   // The options' activations, unless the block-scaled family failed its check on this device.
   ActivationFormat activations() const {
@@ -81,13 +81,13 @@ struct MoeRunner::Impl {
   // Calls `run` with the prepared launches of `num_tokens` tokens, or with `plan`'s where a plan is
   // given that is not the prepared one; prepares up to num_tokens first where needed.
   template <typename Run>
-  void with_launch(int num_tokens, const LayerPlan* plan, bool given_topk, Run run) const;
-  LayerLaunch make_launch(const LayerPlan& plan, int num_tokens, bool given_topk) const {
+  void with_launch(int num_tokens, const LayerPlan* plan, Run run) const;
+  LayerLaunch make_launch(const LayerPlan& plan, int num_tokens) const {
     if (!block_scaled_checks_pass(plan)) {
       throw Error("plan " + plan.fc1.name() + " + " + plan.fc2.name() +
                   ": the block-scaled family failed its first-use check on this device (see the warning)");
     }
-    return make_layer_launch(shape, *device.arch, plan, num_tokens, !given_topk && !weights.local_experts);
+    return make_layer_launch(shape, *device.arch, plan, num_tokens);
   }
   kernels::RouteInput route_input(const float* logits) const {
     if (shape.spec.router == RouterKind::kCallerTopK) {
@@ -173,16 +173,12 @@ void MoeRunner::Impl::prepare(int max_tokens) const {
       if (checked.insert(p.fc1.binary().name() + " " + p.fc2.binary().name()).second && !block_scaled_checks_pass(p)) break;
     }
   }
-  for (const bool given_topk : {false, true}) {
-    (given_topk ? given_topk_launches : launches)
-        .build(
-            max_tokens, [&](int t) { return plan(t); },
-            [&](const LayerPlan& p, int t) { return make_launch(p, t, given_topk); });
-  }
+  launches.build(
+      max_tokens, [&](int t) { return plan(t); }, [&](const LayerPlan& p, int t) { return make_launch(p, t); });
 }
 
 template <typename Run>
-void MoeRunner::Impl::with_launch(int num_tokens, const LayerPlan* plan, bool given_topk, Run run) const {
+void MoeRunner::Impl::with_launch(int num_tokens, const LayerPlan* plan, Run run) const {
   std::shared_lock lock(launches_mutex);
   if (num_tokens > launches.max_tokens()) {
     lock.unlock();
@@ -190,13 +186,13 @@ void MoeRunner::Impl::with_launch(int num_tokens, const LayerPlan* plan, bool gi
     prepare(static_cast<int>(std::min<long long>(std::bit_ceil(static_cast<unsigned>(num_tokens)), INT_MAX)));
     lock.lock();
   }
-  const LayerLaunch& prepared = (given_topk ? given_topk_launches : launches).find(num_tokens);
+  const LayerLaunch& prepared = launches.find(num_tokens);
   if (!plan || *plan == prepared.plan) return run(prepared);
-  run(make_launch(*plan, num_tokens, given_topk));
+  run(make_launch(*plan, num_tokens));
 }
 
 bool MoeRunner::routes_in_expert_kernels(const LayerPlan& plan, int num_tokens) const {
-  return !impl_->make_launch(plan, num_tokens, false).routing_launch;
+  return !impl_->make_launch(plan, num_tokens).routing_launch;
 }
 
 namespace {
@@ -247,7 +243,7 @@ void MoeRunner::Impl::run(const __nv_bfloat16* x, const kernels::RouteInput& in,
   // FC2 in one K split as a launch of its own writes its final rows in bf16 (the fused layer sums
   // its own fp32 rows).
   const bool fc2_bf16 = launch.plan.fc2.k_split == 1 && !launch.plan.whole_layer();
-  const float* route_logits = launch.routing_launch ? nullptr : in.logits;
+  const int routes_itself = launch.routing_launch ? 0 : 1;
   auto tile_offsets = [&](int stage) {
     return route.tile_offsets + launch.tile_offsets_index[stage] * (shape.num_experts + 1);
   };
@@ -267,7 +263,7 @@ void MoeRunner::Impl::run(const __nv_bfloat16* x, const kernels::RouteInput& in,
               .tile_offsets = tile_offsets(0),
               .output = activation,
               .epilogue = {.swiglu = swiglu_args(shape.spec.activation)},
-              .route_logits = route_logits,
+              .routes_itself = routes_itself,
               .num_tokens = num_tokens,
               .route = route,
               .stream_partials = layout.stream_partials_of(workspace, 0),
@@ -287,7 +283,7 @@ void MoeRunner::Impl::run(const __nv_bfloat16* x, const kernels::RouteInput& in,
               .tile_offsets = tile_offsets(1),
               .output = expert_out,
               .epilogue = {.fc2 = {.split_stride = split_stride, .output_bf16 = fc2_bf16}},
-              .route_logits = route_logits,
+              .routes_itself = routes_itself,
               .num_tokens = num_tokens,
               .route = route,
               .stream_partials = layout.stream_partials_of(workspace, 1),
@@ -298,7 +294,7 @@ void MoeRunner::Impl::run(const __nv_bfloat16* x, const kernels::RouteInput& in,
       .out = out,
       .schedule = route.schedule,
       .scales_one_multiply = {weights.fc1_scales_one_multiply, weights.fc2_scales_one_multiply},
-      .router = in.router};
+      .source = in};
   for (const ExpertLaunch& expert : launch.expert_launches) {
     expert.tactic.family->launch(expert, args, stream);
     // A whole-layer launch is FC1's and runs to the end: nothing follows it.
@@ -310,7 +306,7 @@ void MoeRunner::Impl::run(const __nv_bfloat16* x, const kernels::RouteInput& in,
   }
   if (!launch.unpermute_launch) return;
   launch_unpermute(expert_out, fc2_bf16, split_stride, launch.plan.fc2.k_split, shape.hidden, shape.top_k, num_tokens,
-                   route, out, route_logits, in.router, shape.num_experts, stream);
+                   route, out, routes_itself != 0, in, stream);
 }
 
 namespace {
@@ -336,7 +332,7 @@ void MoeRunner::forward(const __nv_bfloat16* x, const float* router_logits, __nv
   check_forward_args(*this, x, out, num_tokens, workspace, workspace_bytes);
   check_aligned(router_logits, 4, "router_logits");
   if (num_tokens == 0) return;
-  impl_->with_launch(num_tokens, plan, false, [&](const LayerLaunch& launch) {
+  impl_->with_launch(num_tokens, plan, [&](const LayerLaunch& launch) {
     impl_->run(x, impl_->route_input(router_logits), out, num_tokens, workspace, stream, launch, last);
   });
 }
@@ -345,7 +341,7 @@ void MoeRunner::forward(const __nv_bfloat16* x, __nv_bfloat16* out, int num_toke
                         size_t workspace_bytes, cudaStream_t stream, const LayerPlan* plan) const {
   check_forward_args(*this, x, out, num_tokens, workspace, workspace_bytes);
   if (num_tokens == 0) return;
-  impl_->with_launch(num_tokens, plan, false, [&](const LayerLaunch& launch) {
+  impl_->with_launch(num_tokens, plan, [&](const LayerLaunch& launch) {
     auto* logits = reinterpret_cast<float*>(static_cast<unsigned char*>(workspace) +
                                             WorkspaceLayout::of(impl_->shape, impl_->routed_experts, num_tokens).logits);
     const kernels::RouteInput in = impl_->route_input(logits);
@@ -369,7 +365,7 @@ void MoeRunner::forward_experts(const __nv_bfloat16* x, const GivenTopK& topk, _
                                .local_experts = impl_->weights.local_experts,
                                .routed_experts = impl_->routed_experts,
                                .ids_int64 = topk.ids_int64 ? 1 : 0};
-  impl_->with_launch(num_tokens, plan, true, [&](const LayerLaunch& launch) {
+  impl_->with_launch(num_tokens, plan, [&](const LayerLaunch& launch) {
     impl_->run(x, in, out, num_tokens, workspace, stream, launch);
   });
 }
