@@ -51,10 +51,11 @@ struct MoeRunner::Impl {
   // itself from either).
   mutable LaunchTable launches;
 
-  // The options' activations, unless the block-scaled family failed its check on this device.
+  // The options' activations, but bf16 where they ask for MXFP8 and the block-scaled family failed
+  // its check on this device.
   ActivationFormat activations() const {
-    return options.activations == ActivationFormat::kMxfp8 && !block_scaled_family_dropped() ? ActivationFormat::kMxfp8
-                                                                                              : ActivationFormat::kBf16;
+    if (options.activations == ActivationFormat::kMxfp8 && block_scaled_family_dropped()) return ActivationFormat::kBf16;
+    return options.activations;
   }
   LayerPlan heuristic_plan(int num_tokens) const {
     return mxmoe::heuristic_plan(shape, num_tokens, *device.arch, activations());

@@ -2,7 +2,8 @@
 // (round_to_fp8_activations), bit for bit: random rows at many magnitudes, rows whose length ends
 // in a short 128-block, blocks below the 1e-4 floor, blocks at E4M3's midpoints (ties to even),
 // blocks holding a NaN or an infinity, in place and out of place, and a row count that leaves the
-// rows past it alone.
+// rows past it alone. And a runner asked for FP8 activations plans them at every T and computes the
+// FP8 reference's output, not the bf16 one's.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -14,6 +15,7 @@
 #include "gpu_test_support.hpp"
 #include "mxmoe/bf16.hpp"
 #include "mxmoe/mx_format.hpp"
+#include "mxmoe/reference.hpp"
 #include "runner/route_launch.hpp"
 
 namespace mxmoe {
@@ -109,6 +111,31 @@ TEST(GpuFp8Rows, RoundAsTheCpuBitForBit) {
     expect_same(in_place, expected, 0, split, "in place");
     EXPECT_EQ(std::memcmp(in_place.data() + split, values.data() + split, (values.size() - split) * 2), 0)
         << row_length << ": rows past the count were written";
+  }
+}
+
+TEST(GpuFp8Runner, AskedForFp8ItPlansAndComputesIt) {
+  MXMOE_REQUIRE_GPU();
+  for (const char* model : {"gpt-oss-20b", "deepseek-v4-flash"}) {
+    const MoeShape shape = model_shape(model);
+    const auto& layer = test_layer(shape, 17);
+    const MoeRunner runner(layer.weights, {.activations = ActivationFormat::kFp8});
+    EXPECT_EQ(runner.activations(), ActivationFormat::kFp8);
+    for (int tokens : {1, 8, 200, 1100}) {
+      const std::string what = std::string(model) + " T=" + std::to_string(tokens);
+      EXPECT_EQ(runner.plan(tokens).activations, ActivationFormat::kFp8) << what;
+      const std::vector<Bf16> x = make_activations(tokens, shape.hidden, 41 + tokens);
+      const std::vector<float> logits = random_logits(tokens, shape.num_experts, 42 + tokens);
+      const GpuResult g = run_gpu(runner, x, tokens, &logits, nullptr);  // the runner's own plan
+      expect_close(g.out, reference_forward_from_logits(layer.weights, x, tokens, logits,
+                                                        {.activations = ActivationFormat::kFp8}).out,
+                   what, kFp8RelativeError);
+      // The rows were rounded: the bf16 reference is farther than the FP8 bound (~2e-2 away).
+      std::vector<float> got(g.out.size());
+      for (size_t i = 0; i < got.size(); ++i) got[i] = bf16_to_float(g.out[i]);
+      const std::vector<float> bf16 = reference_forward_from_logits(layer.weights, x, tokens, logits).out;
+      EXPECT_GT(relative_error(got, std::vector<double>(bf16.begin(), bf16.end())), 3 * kFp8RelativeError) << what;
+    }
   }
 }
 
