@@ -1,5 +1,6 @@
-// Ceiling measurements: a streaming-read kernel and a cuBLAS bf16 GEMM, each timed with events
-// after a warm-up, median of the repetitions.
+// Ceiling measurements: a streaming-read kernel, a cuBLAS bf16 GEMM and a cuBLASLt FP8 GEMM, each
+// timed with events after a warm-up, median of the repetitions.
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 
@@ -46,6 +47,18 @@ __global__ void fill_random_bf16(__nv_bfloat16* data, size_t count, unsigned see
   }
 }
 
+// Random E4M3 bytes of magnitude below 2^8 (no NaN: the top exponent field is never reached).
+__global__ void fill_random_e4m3(unsigned char* data, size_t count, unsigned seed) {
+  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
+       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    unsigned h = static_cast<unsigned>(i) * 0x9e3779b1u ^ seed;
+    h ^= h >> 16;
+    h *= 0x85ebca6bu;
+    h ^= h >> 13;
+    data[i] = static_cast<unsigned char>(h & 0xF7u);  // exponent field <= 14
+  }
+}
+
 struct Measured {
   double ms = 0;
   ClockReport clocks;  // over the timed repetitions
@@ -77,6 +90,64 @@ Measured median_ms(ClockMonitor& monitor, Launch launch) {
 
 void cublas_check(cublasStatus_t status, const char* what) {
   if (status != CUBLAS_STATUS_SUCCESS) throw Error(std::string(what) + ": cuBLAS status " + std::to_string(status));
+}
+
+// The E4M3 GEMM D = A^T B (n x n x n; FP8 wants A transposed), bf16 out, fp32 accumulation without
+// cuBLASLt's fast (reduced-precision) accumulation, timed as the bf16 one. Throws on any cuBLASLt
+// refusal; the caller records why.
+Measured fp8_matmul_ms(ClockMonitor& monitor, int sms) {
+  const size_t n = kMatmulN, elements = n * n;
+  DeviceBuffer a(elements, "FP8 matmul A"), b(elements, "FP8 matmul B"), out(elements * 2, "FP8 matmul D");
+  constexpr size_t kWorkspaceBytes = size_t{32} << 20;
+  DeviceBuffer workspace(kWorkspaceBytes, "cuBLASLt workspace");
+  fill_random_e4m3<<<sms * 4, 256>>>(static_cast<unsigned char*>(a.get()), elements, 3u);
+  fill_random_e4m3<<<sms * 4, 256>>>(static_cast<unsigned char*>(b.get()), elements, 4u);
+  cuda_check(cudaGetLastError(), "random fill");
+  cublasLtHandle_t handle = nullptr;
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t a_layout = nullptr, b_layout = nullptr, d_layout = nullptr;
+  cublasLtMatmulPreference_t preference = nullptr;
+  auto release = [&] {
+    if (preference) cublasLtMatmulPreferenceDestroy(preference);
+    if (d_layout) cublasLtMatrixLayoutDestroy(d_layout);
+    if (b_layout) cublasLtMatrixLayoutDestroy(b_layout);
+    if (a_layout) cublasLtMatrixLayoutDestroy(a_layout);
+    if (desc) cublasLtMatmulDescDestroy(desc);
+    if (handle) cublasLtDestroy(handle);
+  };
+  try {
+    cublas_check(cublasLtCreate(&handle), "cublasLtCreate");
+    cublas_check(cublasLtMatmulDescCreate(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate");
+    const cublasOperation_t transpose = CUBLAS_OP_T, keep = CUBLAS_OP_N;
+    cublas_check(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &transpose, sizeof(transpose)),
+                 "FP8 matmul: transpose A");
+    cublas_check(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &keep, sizeof(keep)),
+                 "FP8 matmul: B as it is");
+    cublas_check(cublasLtMatrixLayoutCreate(&a_layout, CUDA_R_8F_E4M3, n, n, n), "FP8 matmul: A layout");
+    cublas_check(cublasLtMatrixLayoutCreate(&b_layout, CUDA_R_8F_E4M3, n, n, n), "FP8 matmul: B layout");
+    cublas_check(cublasLtMatrixLayoutCreate(&d_layout, CUDA_R_16BF, n, n, n), "FP8 matmul: D layout");
+    cublas_check(cublasLtMatmulPreferenceCreate(&preference), "cublasLtMatmulPreferenceCreate");
+    cublas_check(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                      &kWorkspaceBytes, sizeof(kWorkspaceBytes)),
+                 "FP8 matmul: workspace");
+    cublasLtMatmulHeuristicResult_t heuristic{};
+    int found = 0;
+    cublas_check(cublasLtMatmulAlgoGetHeuristic(handle, desc, a_layout, b_layout, d_layout, d_layout, preference, 1,
+                                                &heuristic, &found),
+                 "FP8 matmul: cublasLtMatmulAlgoGetHeuristic");
+    if (found == 0) throw Error("FP8 matmul: cuBLASLt has no algorithm for it here");
+    const float alpha = 1.0f, beta = 0.0f;
+    const Measured m = median_ms(monitor, [&] {
+      cublas_check(cublasLtMatmul(handle, desc, &alpha, a.get(), a_layout, b.get(), b_layout, &beta, out.get(), d_layout,
+                                  out.get(), d_layout, &heuristic.algo, workspace.get(), kWorkspaceBytes, nullptr),
+                   "cublasLtMatmul");
+    });
+    release();
+    return m;
+  } catch (...) {
+    release();
+    throw;
+  }
 }
 
 }  // namespace
@@ -119,6 +190,20 @@ Ceilings measure_ceilings() {
     c.matmul_n = kMatmulN;
     c.bf16_tflops = 2.0 * n * n * n / (m.ms * 1e-3) / 1e12;
     c.bf16_clocks = m.clocks;
+  }
+  int major = 0, minor = 0;
+  cuda_check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device), "compute capability");
+  cuda_check(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device), "compute capability");
+  if (10 * major + minor < 89) {
+    c.fp8_missing = "no FP8 tensor cores before sm_89";
+  } else {
+    try {
+      const Measured m = fp8_matmul_ms(monitor, sms);
+      c.fp8_tflops = 2.0 * kMatmulN * static_cast<double>(kMatmulN) * kMatmulN / (m.ms * 1e-3) / 1e12;
+      c.fp8_clocks = m.clocks;
+    } catch (const Error& e) {
+      c.fp8_missing = e.what();
+    }
   }
   return c;
 }

@@ -1,5 +1,6 @@
-// The two ceilings `mxmoe bench` reports every figure against, measured in the same run on the
-// same device (docs/benchmarking.md): streaming-read bandwidth and the bf16 matmul rate.
+// The ceilings `mxmoe bench` reports every figure against, measured in the same run on the same
+// device (docs/benchmarking.md): streaming-read bandwidth, the bf16 matmul rate, and the FP8 (E4M3)
+// matmul rate where the device has FP8 tensor cores.
 #pragma once
 
 #include <string>
@@ -11,9 +12,11 @@ namespace mxmoe::cli {
 struct Ceilings {
   double read_gbs = 0.0;       // GB/s reading a multi-GB buffer with 16-byte loads
   double bf16_tflops = 0.0;    // cuBLAS bf16 GEMM, fp32 accumulation, random data
+  double fp8_tflops = 0.0;     // cuBLASLt E4M3 x E4M3 GEMM to bf16, fp32 accumulation; 0: none (fp8_missing says why)
+  std::string fp8_missing;
   size_t read_bytes = 0;
   int matmul_n = 0;
-  ClockReport read_clocks, bf16_clocks;  // the card's clock and power while each was timed
+  ClockReport read_clocks, bf16_clocks, fp8_clocks;  // the card's clock and power while each was timed
 };
 
 Ceilings measure_ceilings();

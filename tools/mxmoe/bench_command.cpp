@@ -65,7 +65,7 @@ struct Row {
   int tokens = 0;
   double us_median = 0, us_min = 0, us_max = 0;
   double bytes = 0, touched_experts = 0;
-  double gbs = 0, read_fraction = 0, tflops = 0, bf16_fraction = 0;
+  double gbs = 0, read_fraction = 0, tflops = 0, bf16_fraction = 0, fp8_fraction = 0;  // fp8: of the FP8 ceiling
   std::string fc1, fc2;
   std::string activations = "bf16";
   double rel_error = 0;
@@ -116,6 +116,7 @@ Row bench_tokens(const std::string& model, LayerRotation& rotation, int tokens, 
   row.read_fraction = row.gbs / ceilings.read_gbs;
   row.tflops = flops / (row.us_median * 1e-6) / 1e12;
   row.bf16_fraction = row.tflops / ceilings.bf16_tflops;
+  row.fp8_fraction = ceilings.fp8_tflops > 0 ? row.tflops / ceilings.fp8_tflops : 0;
   row.fc1 = plan.fc1.name();
   row.fc2 = plan.fc2.name();
   row.tokens_per_s = 1e6 / (shape.num_layers * row.us_median);
@@ -160,14 +161,23 @@ nlohmann::ordered_json clock_json(const ClockReport& clocks) {
           {"slowdown_fraction", clocks.slowdown_fraction}};
 }
 
+// The FP8 ceiling as the ceiling lines print it.
+std::string fp8_ceiling_text(const Ceilings& c) {
+  if (c.fp8_tflops <= 0) return "FP8 matmul: none (" + c.fp8_missing + ")";
+  char text[96];
+  std::snprintf(text, sizeof(text), "FP8 matmul %.0f TFLOP/s", c.fp8_tflops);
+  return text + clock_text(c.fp8_clocks);
+}
+
 void print_table(const std::vector<Row>& rows, const Ceilings& c) {
-  std::printf("\nceilings: read %.0f GB/s%s, bf16 matmul %.0f TFLOP/s%s\n", c.read_gbs, clock_text(c.read_clocks).c_str(),
-              c.bf16_tflops, clock_text(c.bf16_clocks).c_str());
+  std::printf("\nceilings: read %.0f GB/s%s, bf16 matmul %.0f TFLOP/s%s, %s\n", c.read_gbs, clock_text(c.read_clocks).c_str(),
+              c.bf16_tflops, clock_text(c.bf16_clocks).c_str(), fp8_ceiling_text(c).c_str());
   const bool compared = std::any_of(rows.begin(), rows.end(), [](const Row& r) { return r.heuristic_us > 0; });
   const bool rounded = std::any_of(rows.begin(), rows.end(), [](const Row& r) { return r.activations != "bf16"; });
-  std::printf("%-13s %5s %10s %17s %7s %6s %8s %6s %-26s %-26s %5s %8s%s %8s %5s %4s%s\n", "model", "T", "us/layer", "min-max",
-              "GB/s", "%read", "TFLOP/s", "%bf16", "FC1", "FC2", "act", "rel.err", rounded ? "     cost" : "", "tok/s", "MHz",
-              "cap", compared ? "  heuristic us  tuned/heur" : "");
+  const bool fp8 = std::any_of(rows.begin(), rows.end(), [](const Row& r) { return r.activations == "fp8"; });
+  std::printf("%-13s %5s %10s %17s %7s %6s %8s %6s%s %-26s %-26s %5s %8s%s %8s %5s %4s%s\n", "model", "T", "us/layer", "min-max",
+              "GB/s", "%read", "TFLOP/s", "%bf16", fp8 ? "   %fp8" : "", "FC1", "FC2", "act", "rel.err", rounded ? "     cost" : "",
+              "tok/s", "MHz", "cap", compared ? "  heuristic us  tuned/heur" : "");
   for (const auto& r : rows) {
     char spread[32];
     std::snprintf(spread, sizeof(spread), "%.1f-%.1f", r.us_min, r.us_max);
@@ -179,9 +189,11 @@ void print_table(const std::vector<Row>& rows, const Ceilings& c) {
     if (r.clocks.samples > 0) {
       std::snprintf(clocks, sizeof(clocks), "%5u %3.0f%%", r.clocks.sm_mhz_median, 100 * r.clocks.power_capped_fraction);
     }
-    std::printf("%-13s %5d %10.1f %17s %7.0f %5.1f%% %8.1f %5.1f%% %-26s %-26s %5s %8.1e%s %8.0f %s%s%s\n",
+    char fp8_share[16] = "";
+    if (fp8) std::snprintf(fp8_share, sizeof(fp8_share), " %5.1f%%", 100 * r.fp8_fraction);
+    std::printf("%-13s %5d %10.1f %17s %7.0f %5.1f%% %8.1f %5.1f%%%s %-26s %-26s %5s %8.1e%s %8.0f %s%s%s\n",
                 r.model.c_str(), r.tokens, r.us_median, spread, r.gbs, 100 * r.read_fraction, r.tflops,
-                100 * r.bf16_fraction, r.fc1.c_str(), r.fc2.c_str(), r.activations.c_str(), r.rel_error, cost,
+                100 * r.bf16_fraction, fp8_share, r.fc1.c_str(), r.fc2.c_str(), r.activations.c_str(), r.rel_error, cost,
                 r.tokens_per_s, clocks, comparison, r.rel_error < kMaxRelativeError ? "" : "  INACCURATE");
   }
   if (std::any_of(rows.begin(), rows.end(), [](const Row& r) { return r.clocks.samples > 0; })) {
@@ -228,16 +240,19 @@ void write_json(const std::string& path, const std::vector<Row>& rows, const Cei
   json["mxmoe_version"] = MXMOE_VERSION;
   json["protocol"] = {{"layers_rotated", layers}, {"replays", replays}, {"skewed", skewed}, {"statistic", "median"}};
   json["tuned"] = tuned;
-  json["ceilings"] = {{"read_gbs", c.read_gbs}, {"read_bytes", c.read_bytes}, {"bf16_tflops", c.bf16_tflops},
-                      {"matmul_n", c.matmul_n}, {"read_clocks", clock_json(c.read_clocks)},
-                      {"bf16_clocks", clock_json(c.bf16_clocks)}};
+  json["ceilings"] = {{"read_gbs", c.read_gbs},          {"read_bytes", c.read_bytes},
+                      {"bf16_tflops", c.bf16_tflops},    {"fp8_tflops", c.fp8_tflops},
+                      {"fp8_missing", c.fp8_missing},    {"matmul_n", c.matmul_n},
+                      {"read_clocks", clock_json(c.read_clocks)}, {"bf16_clocks", clock_json(c.bf16_clocks)},
+                      {"fp8_clocks", clock_json(c.fp8_clocks)}};
   for (const auto& r : rows) {
     json["rows"].push_back({{"model", r.model},          {"layers", r.layers},         {"tokens", r.tokens},
                             {"us_per_layer", r.us_median}, {"us_min", r.us_min},
                             {"us_max", r.us_max},          {"bytes", r.bytes},
                             {"touched_experts", r.touched_experts}, {"gbs", r.gbs},
                             {"read_fraction", r.read_fraction}, {"tflops", r.tflops},
-                            {"bf16_fraction", r.bf16_fraction}, {"fc1_tactic", r.fc1},
+                            {"bf16_fraction", r.bf16_fraction}, {"fp8_fraction", r.fp8_fraction},
+                            {"fc1_tactic", r.fc1},
                             {"fc2_tactic", r.fc2},         {"activations", r.activations},
                             {"rel_error", r.rel_error},    {"cost_vs_bf16", r.cost},
                             {"clocks", clock_json(r.clocks)},
@@ -279,9 +294,10 @@ int bench_command(std::span<const std::string> args) {
               device.name.c_str(), device.sm_major, device.sm_minor, device.multiprocessors, device.driver_version,
               device.sm_clock_mhz, device.max_sm_clock_mhz, device.memory_clock_mhz, MXMOE_GIT_REVISION);
   const Ceilings ceilings = measure_ceilings();
-  std::printf("ceilings: streaming read %.0f GB/s (%zu GiB)%s, bf16 matmul %.0f TFLOP/s (cuBLAS %d^3)%s\n", ceilings.read_gbs,
-              ceilings.read_bytes >> 30, clock_text(ceilings.read_clocks).c_str(), ceilings.bf16_tflops, ceilings.matmul_n,
-              clock_text(ceilings.bf16_clocks).c_str());
+  std::printf("ceilings: streaming read %.0f GB/s (%zu GiB)%s, bf16 matmul %.0f TFLOP/s (cuBLAS %d^3)%s, %s (cuBLASLt "
+              "E4M3)\n",
+              ceilings.read_gbs, ceilings.read_bytes >> 30, clock_text(ceilings.read_clocks).c_str(), ceilings.bf16_tflops,
+              ceilings.matmul_n, clock_text(ceilings.bf16_clocks).c_str(), fp8_ceiling_text(ceilings).c_str());
 
   std::vector<Row> rows;
   bool tuned = false;
