@@ -361,15 +361,29 @@ def _check_multiples_of_32(h: int, i: int, name: str) -> None:
         raise ValueError(f"{name}: H and I must be positive multiples of 32 (one E8M0 scale per 32), got H {h}, I {i}")
 
 
+ACTIVATIONS = ("bf16", "mxfp8", "fp8")
+
+
+def _check_activations(activations) -> str:
+    """The rows the expert GEMMs take: bf16 (default), mxfp8 (MXFP8 per 32 along K) or fp8 (E4M3 with
+    one power-of-two scale per 128 along K, DeepSeek-V4's own quantisation)."""
+    if activations not in ACTIVATIONS:
+        raise ValueError(f"activations: expected one of {', '.join(ACTIVATIONS)}, got {activations!r}")
+    return activations
+
+
 class CpuLayer:
     """The layer on the CPU (mxmoe's float32 reference, threaded), on NumPy arrays.
 
     Inputs x [T, H]: float32, float64 or float16 (rounded to bf16, as the layer takes bf16), or uint16
-    holding bf16 bits. Outputs: float32 [T, H], every value a bf16 (the layer's output rounding)."""
+    holding bf16 bits. Outputs: float32 [T, H], every value a bf16 (the layer's output rounding).
+    `activations` (ACTIVATIONS): the rows the expert GEMMs take, rounded as the GPU layer with the
+    same option computes them."""
 
-    def __init__(self, weights: Weights):
+    def __init__(self, weights: Weights, activations: str = "bf16"):
         if not isinstance(weights, Weights):
             raise TypeError(f"weights: expected mxmoe.Weights, got {type(weights).__name__}")
+        self.activations = _check_activations(activations)
         self._weights = weights
         self.shape = weights.shape
 
@@ -385,7 +399,7 @@ class CpuLayer:
         if router_logits is not None:
             logits = _as_float32(router_logits, "router_logits")
             _expect_shape(logits, (bits.shape[0], core.routed_experts), "router_logits")
-        return _bf16_bits_to_float32(_mxmoe.cpu_forward(core._core, bits, logits))
+        return _bf16_bits_to_float32(_mxmoe.cpu_forward(core._core, bits, logits, self.activations))
 
     def experts(self, x, topk_ids, topk_weights) -> np.ndarray:
         """The engine form: the experts and the weighted sum for the caller's routing, topk_ids [T, k]
@@ -394,7 +408,7 @@ class CpuLayer:
         core = self._live()
         bits = self._input(x)
         ids, weights = _check_routing(topk_ids, topk_weights, bits.shape[0], self.shape, core.routed_experts)
-        return _bf16_bits_to_float32(_mxmoe.cpu_experts(core._core, bits, ids, weights))
+        return _bf16_bits_to_float32(_mxmoe.cpu_experts(core._core, bits, ids, weights, self.activations))
 
     def free(self) -> None:
         """Drops the weights; a later call raises ValueError."""

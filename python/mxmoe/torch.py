@@ -42,24 +42,30 @@ class MoeLayer(torch.nn.Module):
     """One MoE layer's weights repacked on a CUDA device, and the layer's forward there."""
 
     def __init__(self, weights: mxmoe.Weights, device: torch.device | str | int | None = None,
-                 max_tokens: int | None = None):
+                 max_tokens: int | None = None, activations: str = "bf16"):
         """Host weights, uploaded to `device` (default: the current CUDA device) and repacked there.
         `max_tokens`, when given, prepares every launch up to that many tokens now (kernels loaded,
-        launch geometry decided), so that no later call, and no graph capture, waits on either."""
+        launch geometry decided), so that no later call, and no graph capture, waits on either.
+        `activations` (mxmoe.ACTIVATIONS, kept as `self.activations`): the rows the expert GEMMs take,
+        bf16 by default; mxmoe.CpuLayer with the same option computes the same function (where mxfp8's
+        block-scaled kernels fail their first-use check on a device, the layer computes in bf16)."""
         super().__init__()
         if not isinstance(weights, mxmoe.Weights):
             raise TypeError(f"weights: expected mxmoe.Weights, got {type(weights).__name__}")
+        mxmoe._check_activations(activations)
         device = torch.device("cuda", torch.cuda.current_device()) if device is None else torch.device(device)
         if device.type != "cuda":
             raise ValueError(f"device: expected a CUDA device, got {device}")
         if device.index is None:
             device = torch.device("cuda", torch.cuda.current_device())
         self._build(device, weights.shape, weights.routed_experts, max_tokens,
-                    lambda memory: _mxmoe.Runner(weights._core, device.index, memory.allocate, memory.release))
+                    lambda memory: _mxmoe.Runner(weights._core, device.index, memory.allocate, memory.release,
+                                                 activations))
 
     @classmethod
     def from_tensors(cls, tensors: Mapping[str, Any], *, top_k: int | None = None,
-                     routed_scaling: float | None = None, max_tokens: int | None = None) -> MoeLayer:
+                     routed_scaling: float | None = None, max_tokens: int | None = None,
+                     activations: str = "bf16") -> MoeLayer:
         """One layer from its tensors on a CUDA device, by the names mxmoe.weights_from_tensors takes.
         gpt-oss's (Hugging Face or openai MXFP4 blocks and scales, or transformers' dense experts
         gate_up_proj [E, H, 2I] and down_proj [E, I, H]) are built on their device with no copy through
@@ -75,13 +81,15 @@ class MoeLayer(torch.nn.Module):
         weights_from_tensors (with `routed_scaling`, config.routed_scaling_factor, which its
         score-routed layers need), and uploaded to their device: the device-side load takes gpt-oss
         layers only.
-        top_k: the experts per token (default the model's: 4 for gpt-oss, 6 for DeepSeek-V4)."""
+        top_k: the experts per token (default the model's: 4 for gpt-oss, 6 for DeepSeek-V4).
+        activations: as the constructor's."""
+        mxmoe._check_activations(activations)
         if top_k is not None:
             mxmoe._check_int("top_k", top_k)
         if not isinstance(tensors, Mapping):
             raise TypeError(f"tensors: expected a mapping of names to CUDA tensors, got {type(tensors).__name__}")
         if mxmoe._is_deepseek_v4(tensors):
-            return cls._from_deepseek_v4_tensors(tensors, top_k, routed_scaling, max_tokens)
+            return cls._from_deepseek_v4_tensors(tensors, top_k, routed_scaling, max_tokens, activations)
         if routed_scaling is not None:
             raise ValueError("routed_scaling: gpt-oss layers have none (it is DeepSeek-V4's routed_scaling_factor)")
         shape, device, members = _device_tensors(tensors, 4 if top_k is None else top_k)
@@ -91,11 +99,12 @@ class MoeLayer(torch.nn.Module):
         described = {name: (t.data_ptr(), _DEVICE_DTYPES[t.dtype], list(t.shape)) for name, t in members.items()}
         layer._build(device, shape, shape.num_experts, max_tokens,
                      lambda memory: _mxmoe.Runner(tuple(shape), described, stream, device.index, memory.allocate,
-                                                  memory.release))
+                                                  memory.release, activations))
         return layer
 
     @classmethod
-    def _from_deepseek_v4_tensors(cls, tensors: Mapping[str, Any], top_k, routed_scaling, max_tokens) -> MoeLayer:
+    def _from_deepseek_v4_tensors(cls, tensors: Mapping[str, Any], top_k, routed_scaling, max_tokens,
+                                  activations) -> MoeLayer:
         """A DeepSeek-V4 layer from its CUDA tensors, through the host (from_tensors)."""
         device = None
         host = {}
@@ -111,7 +120,7 @@ class MoeLayer(torch.nn.Module):
                 t = t.view(torch.uint8)
             host[name] = t.contiguous().cpu()
         weights = mxmoe.weights_from_tensors(host, top_k=top_k, routed_scaling=routed_scaling)
-        return cls(weights, device=device, max_tokens=max_tokens)
+        return cls(weights, device=device, max_tokens=max_tokens, activations=activations)
 
     def _build(self, device: torch.device, shape: mxmoe.Shape, routed_experts: int, max_tokens, make_runner) -> None:
         if max_tokens is not None:
@@ -134,6 +143,7 @@ class MoeLayer(torch.nn.Module):
             if cause is not None:
                 raise mxmoe.Error(f"{e}: {type(cause).__name__}: {cause}") from cause
             raise
+        self.activations = self._runner.activations
         self._freed = False  # a Python flag, which torch.compile can trace (the extension's objects it cannot)
         self._handle = next(_HANDLES)
         _LAYERS[self._handle] = self

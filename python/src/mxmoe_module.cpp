@@ -22,6 +22,7 @@
 #include "mxmoe/device.hpp"
 #include "mxmoe/error.hpp"
 #include "mxmoe/model_loader.hpp"
+#include "mxmoe/mx_format.hpp"
 #include "mxmoe/reference.hpp"
 #include "mxmoe/runner.hpp"
 
@@ -161,15 +162,18 @@ nb::ndarray<nb::numpy, float, nb::ndim<1>> float_result(std::vector<float> value
   return {owned->data(), {owned->size()}, owner};
 }
 
-auto cpu_forward(const Weights& weights, const Bf16Array<2>& x, std::optional<HostArray<float>> router_logits) {
+// `activations`: bf16, mxfp8 or fp8, the rows the GEMMs take (ReferenceOptions::activations).
+auto cpu_forward(const Weights& weights, const Bf16Array<2>& x, std::optional<HostArray<float>> router_logits,
+                 const std::string& activations) {
   const int tokens = static_cast<int>(x.shape(0));
   const std::vector<Bf16> input = bf16_vector(x);
+  const ReferenceOptions options{.activations = parse_activation_format(activations)};
   ReferenceResult r;
   {
     nb::gil_scoped_release release;
     r = router_logits ? reference_forward_from_logits(*weights.w, input, tokens,
-                                                      std::span(router_logits->data(), router_logits->size()))
-                      : reference_forward(*weights.w, input, tokens);
+                                                      std::span(router_logits->data(), router_logits->size()), options)
+                      : reference_forward(*weights.w, input, tokens, options);
   }
   return bf16_result(std::move(r.out_bf16), x.shape(0), x.shape(1));
 }
@@ -177,7 +181,8 @@ auto cpu_forward(const Weights& weights, const Bf16Array<2>& x, std::optional<Ho
 // The engine form on the CPU: the caller's top-k (ids already checked to be in [-1, routed experts);
 // -1 is kNoExpert).
 auto cpu_experts(const Weights& weights, const Bf16Array<2>& x, const HostArray<int64_t>& topk_ids,
-                 const HostArray<float>& topk_weights) {
+                 const HostArray<float>& topk_weights, const std::string& activations) {
+  const ReferenceOptions options{.activations = parse_activation_format(activations)};
   Routing routing;
   routing.num_tokens = static_cast<int>(x.shape(0));
   routing.top_k = static_cast<int>(topk_ids.shape(1));
@@ -187,7 +192,7 @@ auto cpu_experts(const Weights& weights, const Bf16Array<2>& x, const HostArray<
   ReferenceResult r;
   {
     nb::gil_scoped_release release;
-    r = reference_forward_routed(*weights.w, input, std::move(routing));
+    r = reference_forward_routed(*weights.w, input, std::move(routing), options);
   }
   return bf16_result(std::move(r.out_bf16), x.shape(0), x.shape(1));
 }
@@ -284,17 +289,20 @@ DeviceLayerTensors device_layer_tensors(const std::tuple<int, int, int, int>& sh
 // memory comes from cudaMalloc, or from a Python allocator (PyAllocator).
 class Runner {
  public:
-  Runner(const Weights& weights, int device, std::optional<nb::callable> allocate, std::optional<nb::callable> release)
+  // `activations`: bf16, mxfp8 or fp8 (RunnerOptions::activations).
+  Runner(const Weights& weights, int device, std::optional<nb::callable> allocate, std::optional<nb::callable> release,
+         const std::string& activations)
       : device_(checked_device(device)), allocator_(make_allocator(std::move(allocate), std::move(release))) {
-    build([&](const RunnerOptions& options) { return std::make_unique<MoeRunner>(*weights.w, options); });
+    build(activations, [&](const RunnerOptions& options) { return std::make_unique<MoeRunner>(*weights.w, options); });
   }
   // Tensors on `device`, ready on `stream` (a cudaStream_t): see device_layer.hpp.
   Runner(const std::tuple<int, int, int, int>& shape, const DeviceTensorMap& tensors, uintptr_t stream, int device,
-         std::optional<nb::callable> allocate, std::optional<nb::callable> release)
+         std::optional<nb::callable> allocate, std::optional<nb::callable> release, const std::string& activations)
       : device_(checked_device(device)), allocator_(make_allocator(std::move(allocate), std::move(release))) {
     const DeviceLayerTensors t = device_layer_tensors(shape, tensors, stream);
-    build([&](const RunnerOptions& options) { return std::make_unique<MoeRunner>(t, options); });
+    build(activations, [&](const RunnerOptions& options) { return std::make_unique<MoeRunner>(t, options); });
   }
+  std::string activations() const { return activation_format_name(live().activations()); }
   ~Runner() { free(); }
   Runner(const Runner&) = delete;
   Runner& operator=(const Runner&) = delete;
@@ -363,8 +371,9 @@ class Runner {
   // Loads the runner on this device with the GIL released (the allocator's callbacks take it back);
   // a failed allocation's Error carries the allocator's exception.
   template <typename Make>
-  void build(Make make) {
+  void build(const std::string& activations, Make make) {
     RunnerOptions options;
+    options.activations = parse_activation_format(activations);
     if (allocator_) options.allocator = allocator_->callbacks();
     try {
       nb::gil_scoped_release release;
@@ -474,18 +483,20 @@ NB_MODULE(_mxmoe, m) {
           return Weights::of(make_synthetic_layer(MoeShape{experts, top_k, hidden, intermediate, 1}, seed));
         },
         "num_experts"_a, "top_k"_a, "hidden"_a, "intermediate"_a, "seed"_a);
-  m.def("cpu_forward", &cpu_forward, "weights"_a, "x"_a, "router_logits"_a.none());
-  m.def("cpu_experts", &cpu_experts, "weights"_a, "x"_a, "topk_ids"_a, "topk_weights"_a);
+  m.def("cpu_forward", &cpu_forward, "weights"_a, "x"_a, "router_logits"_a.none(), "activations"_a = "bf16");
+  m.def("cpu_experts", &cpu_experts, "weights"_a, "x"_a, "topk_ids"_a, "topk_weights"_a, "activations"_a = "bf16");
   m.def("gpu_count", [] { return static_cast<int>(list_gpus().size()); });
   nb::class_<Runner>(m, "Runner")
-      .def(nb::init<const Weights&, int, std::optional<nb::callable>, std::optional<nb::callable>>(), "weights"_a,
-           "device"_a, "allocate"_a = nb::none(), "release"_a = nb::none())
+      .def(nb::init<const Weights&, int, std::optional<nb::callable>, std::optional<nb::callable>, const std::string&>(),
+           "weights"_a, "device"_a, "allocate"_a = nb::none(), "release"_a = nb::none(), "activations"_a = "bf16")
       .def(nb::init<const std::tuple<int, int, int, int>&, const DeviceTensorMap&, uintptr_t, int,
-                    std::optional<nb::callable>, std::optional<nb::callable>>(),
+                    std::optional<nb::callable>, std::optional<nb::callable>, const std::string&>(),
            "shape"_a, "tensors"_a, "stream"_a, "device"_a, "allocate"_a = nb::none(), "release"_a = nb::none(),
+           "activations"_a = "bf16",
            "One layer's device tensors, {name: (address, 'U8' | 'BF16' | 'F32', shape)} by DeviceLayerTensors' "
            "member names, ready on `stream`; shape (num_experts, top_k, hidden, intermediate).")
       .def_prop_ro("device", &Runner::device)
+      .def_prop_ro("activations", &Runner::activations)
       .def_prop_ro("freed", &Runner::freed)
       .def("free", &Runner::free)
       .def_prop_ro("routed_experts", &Runner::routed_experts)

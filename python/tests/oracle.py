@@ -67,10 +67,35 @@ def routing(t: dict, x: np.ndarray, top_k: int):
     return ids, weights / weights.sum(axis=1, keepdims=True)
 
 
+def e4m3_round(v: np.ndarray) -> np.ndarray:
+    """The nearest E4M3 value (ties to even; 3 mantissa bits, subnormals at 2^-9), for |v| <= 448."""
+    a = np.abs(v)
+    exponent = np.floor(np.log2(np.where(a > 0, a, 1.0)))
+    quantum = np.exp2(np.maximum(exponent, -6) - 3)
+    return np.round(v / quantum) * quantum
+
+
+def fp8_row(row: np.ndarray) -> np.ndarray:
+    """A GEMM input row as FP8 activations compute with it (DeepSeek-V4's quantiser): rounded to bf16,
+    then per 128 along K to E4M3 under the power-of-two scale 2^ceil(log2(max(amax, 1e-4) / 448)),
+    the scale's argument taken in float32 as the quantiser does."""
+    row = bf16_round(row)
+    out = np.empty_like(row)
+    for first in range(0, row.size, 128):
+        block = row[first:first + 128]
+        t = np.float32(max(np.float32(np.abs(block).max()), np.float32(1e-4))) * np.float32(1.0 / 448.0)
+        mantissa, exponent = np.frexp(t)
+        scale = np.exp2(float(exponent if mantissa > 0.5 else exponent - 1))
+        out[first:first + 128] = e4m3_round(block / scale) * scale
+    return out
+
+
 def layer(t: dict, x_bits: np.ndarray, top_k: int | None = None, ids=None, weights=None,
-          held=None) -> np.ndarray:
+          held=None, activations: str = "bf16") -> np.ndarray:
     """The layer's output in float64 (before its final bf16 rounding) for bf16 inputs. Slots with id -1,
-    and with `held` (an expert-parallel shard's experts) those routed to experts not in it, add nothing."""
+    and with `held` (an expert-parallel shard's experts) those routed to experts not in it, add nothing.
+    activations "fp8": both GEMMs' input rows as fp8_row rounds them (the router reads x as it is)."""
+    rows = fp8_row if activations == "fp8" else (lambda row: row)
     x = from_bf16_bits(x_bits)
     if ids is None:
         ids, weights = routing(t, x, top_k)
@@ -83,10 +108,10 @@ def layer(t: dict, x_bits: np.ndarray, top_k: int | None = None, ids=None, weigh
             e = ids[token, slot]
             if e < 0 or (held is not None and e not in held):
                 continue
-            h1 = w1[e] @ x[token] + b1[e]
+            h1 = w1[e] @ rows(x[token]) + b1[e]
             glu, lin = np.minimum(h1[0::2], 7.0), np.clip(h1[1::2], -7.0, 7.0)
             a = glu / (1.0 + np.exp(-1.702 * glu)) * (lin + 1.0)
-            out[token] += weights[token, slot] * (w2[e] @ a + b2[e])
+            out[token] += weights[token, slot] * (w2[e] @ rows(a) + b2[e])
     return out
 
 

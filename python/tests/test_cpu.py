@@ -35,6 +35,19 @@ def test_layer_matches_float64(shape, tokens):
     assert np.array_equal(y, oracle.bf16_round(y))  # every value a bf16
 
 
+@pytest.mark.parametrize("tokens", [1, 9])
+def test_fp8_activations_match_float64_rounding_the_same_rows(tokens):
+    t, k, rng = make(SHAPES[1], 200 + tokens)
+    w = mxmoe.weights_from_tensors(t, top_k=k)
+    x = rng.normal(size=(tokens, 256)).astype(np.float32)
+    y = mxmoe.CpuLayer(w, activations="fp8")(x)
+    assert oracle.relative_error(y, oracle.layer(t, oracle.bf16_bits(x), k, activations="fp8")) < BF16_OUTPUT_TOLERANCE
+    # What FP8 rows cost against bf16 ones: far past the output's own rounding.
+    assert oracle.relative_error(y, oracle.layer(t, oracle.bf16_bits(x), k)) > 5 * BF16_OUTPUT_TOLERANCE
+    with pytest.raises(ValueError, match="activations: expected one of bf16, mxfp8, fp8, got 'fp9'"):
+        mxmoe.CpuLayer(w, activations="fp9")
+
+
 def test_input_dtypes_agree():
     t, k, rng = make(SHAPES[0], 1)
     layer = mxmoe.CpuLayer(mxmoe.weights_from_tensors(t, top_k=k))

@@ -43,6 +43,18 @@ def test_layer_matches_the_cpu_layer(weights, tokens):
     assert oracle.relative_error(y.float().cpu().numpy(), expected) < GPU_TOLERANCE
 
 
+@pytest.mark.parametrize("activations", ["fp8", "mxfp8"])
+def test_rounded_activations_match_the_cpu_layer_with_the_same_option(weights, activations):
+    layer = mxmoe.torch.MoeLayer(weights, activations=activations)
+    assert layer.activations == activations
+    x = np.random.default_rng(5).normal(size=(40, 256)).astype(np.float32)
+    y = layer(to_bf16(x)).float().cpu().numpy()
+    assert oracle.relative_error(y, mxmoe.CpuLayer(weights, activations=activations)(x).astype(np.float64)) < GPU_TOLERANCE
+    assert oracle.relative_error(y, mxmoe.CpuLayer(weights)(x).astype(np.float64)) > GPU_TOLERANCE  # they were rounded
+    with pytest.raises(ValueError, match="activations"):
+        mxmoe.torch.MoeLayer(weights, activations="int8")
+
+
 def test_router_logits_given(weights):
     layer = mxmoe.torch.MoeLayer(weights)
     rng = np.random.default_rng(3)
