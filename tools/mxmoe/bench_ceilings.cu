@@ -35,29 +35,26 @@ __global__ void stream_read_kernel(const uint4* data, size_t count, unsigned* si
   if (acc == 0x9e3779b9u) *sink = acc;
 }
 
-// Uniform values in [-1, 1) from a hash of the index: random data, never zeros.
-__global__ void fill_random_bf16(__nv_bfloat16* data, size_t count, unsigned seed) {
+// Random data from a hash of the index: `value(h)` of the element's 32-bit hash h.
+template <typename T, typename Value>
+__global__ void fill_random(T* data, size_t count, unsigned seed, Value value) {
   for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
        i += static_cast<size_t>(gridDim.x) * blockDim.x) {
     unsigned h = static_cast<unsigned>(i) * 0x9e3779b1u ^ seed;
     h ^= h >> 16;
     h *= 0x85ebca6bu;
     h ^= h >> 13;
-    data[i] = __float2bfloat16(static_cast<float>(h) * 0x1p-31f - 1.0f);
+    data[i] = value(h);
   }
 }
-
-// Random E4M3 bytes of magnitude below 2^8 (no NaN: the top exponent field is never reached).
-__global__ void fill_random_e4m3(unsigned char* data, size_t count, unsigned seed) {
-  for (size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
-       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    unsigned h = static_cast<unsigned>(i) * 0x9e3779b1u ^ seed;
-    h ^= h >> 16;
-    h *= 0x85ebca6bu;
-    h ^= h >> 13;
-    data[i] = static_cast<unsigned char>(h & 0xF7u);  // exponent field <= 14
-  }
-}
+// bf16 uniform in [-1, 1) (never zeros), and E4M3 bytes of magnitude below 2^8 (exponent field at
+// most 14: never NaN).
+struct RandomBf16 {
+  __device__ __nv_bfloat16 operator()(unsigned h) const { return __float2bfloat16(static_cast<float>(h) * 0x1p-31f - 1.0f); }
+};
+struct RandomE4m3 {
+  __device__ unsigned char operator()(unsigned h) const { return static_cast<unsigned char>(h & 0xF7u); }
+};
 
 struct Measured {
   double ms = 0;
@@ -100,8 +97,8 @@ Measured fp8_matmul_ms(ClockMonitor& monitor, int sms) {
   DeviceBuffer a(elements, "FP8 matmul A"), b(elements, "FP8 matmul B"), out(elements * 2, "FP8 matmul D");
   constexpr size_t kWorkspaceBytes = size_t{32} << 20;
   DeviceBuffer workspace(kWorkspaceBytes, "cuBLASLt workspace");
-  fill_random_e4m3<<<sms * 4, 256>>>(static_cast<unsigned char*>(a.get()), elements, 3u);
-  fill_random_e4m3<<<sms * 4, 256>>>(static_cast<unsigned char*>(b.get()), elements, 4u);
+  fill_random<<<sms * 4, 256>>>(static_cast<unsigned char*>(a.get()), elements, 3u, RandomE4m3{});
+  fill_random<<<sms * 4, 256>>>(static_cast<unsigned char*>(b.get()), elements, 4u, RandomE4m3{});
   cuda_check(cudaGetLastError(), "random fill");
   cublasLtHandle_t handle = nullptr;
   cublasLtMatmulDesc_t desc = nullptr;
@@ -174,8 +171,8 @@ Ceilings measure_ceilings() {
   {
     const size_t n = kMatmulN, elements = n * n;
     DeviceBuffer a(elements * 2, "matmul A"), b(elements * 2, "matmul B"), out(elements * 2, "matmul C");
-    fill_random_bf16<<<sms * 4, 256>>>(static_cast<__nv_bfloat16*>(a.get()), elements, 1u);
-    fill_random_bf16<<<sms * 4, 256>>>(static_cast<__nv_bfloat16*>(b.get()), elements, 2u);
+    fill_random<<<sms * 4, 256>>>(static_cast<__nv_bfloat16*>(a.get()), elements, 1u, RandomBf16{});
+    fill_random<<<sms * 4, 256>>>(static_cast<__nv_bfloat16*>(b.get()), elements, 2u, RandomBf16{});
     cuda_check(cudaGetLastError(), "random fill");
     cublasHandle_t handle;
     cublas_check(cublasCreate(&handle), "cublasCreate");
