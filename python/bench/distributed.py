@@ -2,8 +2,11 @@
 the one-GPU layer (a benchmark).
 
     python python/bench/distributed.py [--worlds 2 4] [--tokens 1 2 8 64 1024 4096]
-                                       [--models gpt-oss-20b gpt-oss-120b] [--repeats 50]
+                                       [--models M ...] [--repeats 50]
                                        [--low-latency-max-tokens N] [--json FILE]
+
+--models takes any of mxmoe.MODELS (default gpt-oss-20b gpt-oss-120b; deepseek-v4-flash and
+deepseek-v4-pro route by sqrt-softplus, and a V4-Pro layer is 13.4 GB on each rank's host and GPU).
 
 This is the launcher: for one GPU (the baseline) and then each world of --worlds that the visible GPUs
 allow, it starts torchrun with one process per GPU, in an environment with NVLink multicast off
@@ -58,7 +61,7 @@ import torch.distributed as dist
 import mxmoe
 import mxmoe.torch
 from mxmoe.distributed import LOW_LATENCY_MAX_TOKENS, NVLINK_MULTICAST_OFF, ExpertParallelLayer, TensorParallelLayer
-from timing import SHAPES, capture
+from timing import capture
 
 CHECK_TOLERANCE = 5e-3  # the bf16 rounding of the ranks' partial sums
 DECODE_TOKENS = 8       # the decode target holds for T up to this
@@ -70,7 +73,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--worlds", type=int, nargs="+", default=[2, 4])
     parser.add_argument("--tokens", type=int, nargs="+", default=[1, 2, 8, 64, 1024, 4096])
-    parser.add_argument("--models", nargs="+", default=list(SHAPES), choices=list(SHAPES))
+    parser.add_argument("--models", nargs="+", default=["gpt-oss-20b", "gpt-oss-120b"], choices=mxmoe.MODELS)
     parser.add_argument("--repeats", type=int, default=50)
     parser.add_argument("--low-latency-max-tokens", type=int, default=LOW_LATENCY_MAX_TOKENS,
                         help="the threshold whose choice of path the closing lines report")
@@ -303,10 +306,12 @@ def run_rank(args) -> None:
     max_tokens = max(tokens_list)
     records = []
     for model in args.models:
-        weights = mxmoe.synthetic_weights(*SHAPES[model], seed=0)
-        hidden = SHAPES[model][2]
+        weights = mxmoe.synthetic_model_weights(model, seed=0)
+        hidden = weights.shape.hidden
         whole = whole_layer(weights, device, own_group, max_tokens)
         router_weight, router_bias = (torch.from_numpy(a).to(device) for a in weights.router)
+        if weights.spec.router != "softmax-top-k":  # sqrt-softplus: the bias selects, it is no logit bias
+            router_bias = None
         if world == 1:
             for tokens in tokens_list:
                 x = torch.randn(tokens, hidden, generator=torch.Generator(device).manual_seed(0), device=device).bfloat16()

@@ -1,5 +1,5 @@
-"""mxmoe: the mixture-of-experts layer of MXFP4 models (gpt-oss; DeepSeek-V4 on the CPU) on NVIDIA
-GPUs, and its CPU reference.
+"""mxmoe: the mixture-of-experts layer of MXFP4 models (gpt-oss, DeepSeek-V4) on NVIDIA GPUs, and its
+CPU reference.
 
 Weights come from a gpt-oss or DeepSeek-V4 checkpoint, from one layer's tensors (any of their
 namings; gpt-oss's also as dense bf16 experts), or are synthetic; they are repacked once by the
@@ -35,6 +35,8 @@ __all__ = [
     "load_checkpoint",
     "weights_from_tensors",
     "synthetic_weights",
+    "synthetic_model_weights",
+    "MODELS",
     "experts",
 ]
 
@@ -161,6 +163,21 @@ def synthetic_weights(num_experts: int, top_k: int, hidden: int, intermediate: i
                         ("intermediate", intermediate), ("seed", seed)):
         _check_int(name, value)
     return Weights(_mxmoe.synthetic_weights(num_experts, top_k, hidden, intermediate, seed))
+
+
+# The model presets (mxmoe's --model names): gpt-oss-20b, gpt-oss-120b, deepseek-v4-flash, deepseek-v4-pro.
+MODELS = tuple(_mxmoe.model_names())
+
+
+def synthetic_model_weights(model: str, seed: int = 0) -> Weights:
+    """Seeded random MXFP4 weights of one layer of the preset `model` (one of MODELS) with that model's
+    layer spec: DeepSeek-V4's sqrt-softplus router with its selection bias and [gate; up] SiLU-clamped
+    experts without biases, gpt-oss's softmax router and biased SwiGLU (for a gpt-oss model the same
+    weights as synthetic_weights with its shape and seed). A DeepSeek-V4-Pro layer takes 13.4 GB."""
+    if model not in MODELS:
+        raise ValueError(f"model: expected one of {', '.join(MODELS)}, got {model!r}")
+    _check_int("seed", seed)
+    return Weights(_mxmoe.synthetic_model_weights(model, seed))
 
 
 # One layer's tensors by the end of their names, in each naming scheme.

@@ -483,6 +483,19 @@ NB_MODULE(_mxmoe, m) {
           return Weights::of(make_synthetic_layer(MoeShape{experts, top_k, hidden, intermediate, 1}, seed));
         },
         "num_experts"_a, "top_k"_a, "hidden"_a, "intermediate"_a, "seed"_a);
+  m.def("model_names", [] {
+    std::vector<std::string> names;
+    for (const ModelPreset& p : model_presets()) names.emplace_back(p.name);
+    return names;
+  });
+  m.def(
+      "synthetic_model_weights",
+      [](const std::string& model, uint64_t seed) {
+        MoeShape shape = model_shape(model);
+        shape.num_layers = 1;
+        return Weights::of(make_synthetic_layer(shape, seed));
+      },
+      "model"_a, "seed"_a);
   m.def("cpu_forward", &cpu_forward, "weights"_a, "x"_a, "router_logits"_a.none(), "activations"_a = "bf16");
   m.def("cpu_experts", &cpu_experts, "weights"_a, "x"_a, "topk_ids"_a, "topk_weights"_a, "activations"_a = "bf16");
   m.def("gpu_count", [] { return static_cast<int>(list_gpus().size()); });

@@ -201,6 +201,18 @@ def test_synthetic_weights_are_seeded():
     assert np.array_equal(a(x), b(x))
 
 
+def test_synthetic_model_weights_are_the_presets():
+    assert mxmoe.MODELS == ("gpt-oss-20b", "gpt-oss-120b", "deepseek-v4-flash", "deepseek-v4-pro")
+    w = mxmoe.synthetic_model_weights("gpt-oss-20b", seed=5)
+    assert w.shape == (32, 4, 2880, 2880) and w.spec.router == "softmax-top-k" and w.spec.expert_biases
+    same = mxmoe.synthetic_weights(32, 4, 2880, 2880, seed=5)
+    x = np.random.default_rng(0).standard_normal((2, 2880)).astype(np.float32)
+    assert np.array_equal(mxmoe.CpuLayer(w)(x), mxmoe.CpuLayer(same)(x))
+    assert not np.array_equal(mxmoe.CpuLayer(w)(x), mxmoe.CpuLayer(mxmoe.synthetic_model_weights("gpt-oss-20b"))(x))
+    with pytest.raises(ValueError, match="model: expected one of gpt-oss-20b, .*deepseek-v4-pro, got 'llama'"):
+        mxmoe.synthetic_model_weights("llama")
+
+
 def test_bad_input_names_the_argument():
     t, k, rng = make(SHAPES[0], 8)
     weights = mxmoe.weights_from_tensors(t, top_k=k)

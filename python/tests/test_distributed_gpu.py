@@ -1,8 +1,10 @@
 """mxmoe.distributed on 2 and 4 GPUs (NCCL, one process per GPU): the expert- and tensor-parallel layers
 against the single-GPU layer on the same tokens, within 5e-3 relative by norm (the bf16 rounding of the
-ranks' partial sums), for both gpt-oss shapes: eager, expert parallelism by each of its paths (low
-latency and all-to-all), and captured in a CUDA graph and replayed (the low-latency path, with the
-most tokens of a rank given, and tensor parallelism). Skipped with fewer than 2 CUDA devices visible."""
+ranks' partial sums), for both gpt-oss models and both DeepSeek-V4 models (sqrt-softplus routing;
+V4-Flash's 256 experts and V4-Pro's 13.4 GB layer are where expert parallelism is needed): eager,
+expert parallelism by each of its paths (low latency and all-to-all), and captured in a CUDA graph
+and replayed (the low-latency path, with the most tokens of a rank given, and tensor parallelism).
+Skipped with fewer than 2 CUDA devices visible."""
 
 from __future__ import annotations
 
@@ -19,7 +21,6 @@ from mxmoe.distributed import ExpertParallelLayer, TensorParallelLayer  # noqa: 
 from cuda_graphs import capture  # noqa: E402
 from ranks import run_ranks  # noqa: E402
 
-MODELS = {"gpt-oss-20b": (32, 4, 2880, 2880), "gpt-oss-120b": (128, 4, 2880, 2880)}  # E, k, H, I
 EP_TOKENS = [61, 0, 64, 1]  # rank r's own tokens (the first `world`): odd counts and a rank with none
 TP_TOKENS = 61
 TOLERANCE = 5e-3
@@ -31,9 +32,10 @@ def inputs(weights: mxmoe.Weights, tokens: int, seed: int, device: torch.device)
     gen = torch.Generator(device).manual_seed(seed)
     x = torch.randn(tokens, h, generator=gen, device=device).bfloat16()
     weight, bias = (torch.from_numpy(a).to(device) for a in weights.router)
+    softmax = weights.spec.router == "softmax-top-k"  # sqrt-softplus: the bias selects, it is no logit bias
     return {
         "x": x,
-        "logits": torch.nn.functional.linear(x.float(), weight, bias),
+        "logits": torch.nn.functional.linear(x.float(), weight, bias if softmax else None),
         "ids": torch.randint(-1, e, (tokens, k), generator=gen, device=device),  # -1: no expert
         "weights": torch.rand(tokens, k, generator=gen, device=device),
     }
@@ -59,7 +61,7 @@ def relative_error(got: torch.Tensor, want: torch.Tensor) -> float:
 
 def rank_checks(rank: int, world: int, model: str) -> None:
     device = torch.device("cuda", rank)
-    weights = mxmoe.synthetic_weights(*MODELS[model], seed=1)
+    weights = mxmoe.synthetic_model_weights(model, seed=1)
     single = mxmoe.torch.MoeLayer(weights, device)
     ep_inputs, tp_inputs = inputs(weights, EP_TOKENS[rank], 100 + rank, device), inputs(weights, TP_TOKENS, 0, device)
     decode_inputs = inputs(weights, 1, 200 + rank, device)  # one token on every rank
@@ -96,7 +98,7 @@ def rank_checks(rank: int, world: int, model: str) -> None:
     assert max(errors.values()) < TOLERANCE, f"{model}, rank {rank} of {world}: {errors}"
 
 
-@pytest.mark.parametrize("model", MODELS)
+@pytest.mark.parametrize("model", mxmoe.MODELS)
 @pytest.mark.parametrize("world", [2, 4])
 def test_parallel_layers_equal_the_single_gpu_layer(world, model, tmp_path):
     if torch.cuda.device_count() < world:
