@@ -2,11 +2,11 @@
 #include <algorithm>
 #include <climits>
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
+#include <optional>
 
 #include "common/printable.hpp"
+#include "common/read_file.hpp"
 #include "io/json_text.hpp"
 #include "mxmoe/checkpoint.hpp"
 #include "mxmoe/error.hpp"
@@ -22,12 +22,10 @@ constexpr const char* kIndexName = "model.safetensors.index.json";
 
 
 Json read_json(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(printable(path.string()) + ": cannot open");
-  std::stringstream text;
-  text << in.rdbuf();
+  const std::optional<std::string> text = read_file(path.string());
+  if (!text) throw Error(printable(path.string()) + ": cannot open");
   try {
-    return Json::parse(text.str());
+    return Json::parse(*text);
   } catch (const Json::exception& e) {
     throw Error(printable(path.string()) + ": not valid JSON: " + printable(e.what()));
   }

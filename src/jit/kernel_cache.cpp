@@ -10,10 +10,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "common/atomic_file.hpp"
+#include "common/read_file.hpp"
 #include "common/warnings.hpp"
 #include "jit/aot.hpp"
 #include "mxmoe/error.hpp"
@@ -52,12 +51,9 @@ class FileLock {
 };
 
 std::optional<std::vector<uint8_t>> read_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return std::nullopt;
-  std::stringstream s;
-  s << in.rdbuf();
-  const std::string text = s.str();
-  return std::vector<uint8_t>(text.begin(), text.end());
+  const std::optional<std::string> text = read_file(path);
+  if (!text) return std::nullopt;
+  return std::vector<uint8_t>(text->begin(), text->end());
 }
 
 // The entry at `path` if it is whole and undamaged; `damage` says why not when it exists.

@@ -1,9 +1,8 @@
 #include "jit/kernel_sources.hpp"
 
 #include <cstdlib>
-#include <fstream>
-#include <sstream>
 
+#include "common/read_file.hpp"
 #include "common/warnings.hpp"
 #include "mxmoe/error.hpp"
 
@@ -13,14 +12,9 @@ std::vector<SourceFile> read_kernel_sources(const std::string& dir) {
   std::vector<SourceFile> files;
   for (const EmbeddedSource& s : embedded_kernel_sources()) {
     const std::string path = dir + "/" + s.name;
-    std::ifstream in(path, std::ios::binary);
-    if (!in) throw Error(std::string(kKernelSourceDirVariable) + "=" + dir + " lacks " + s.name + " (" + path + ")");
-    std::ostringstream text;
-    text << in.rdbuf();
-    if (in.bad() || !text) {
-      throw Error(std::string(kKernelSourceDirVariable) + "=" + dir + ": cannot read " + s.name + " (" + path + ")");
-    }
-    files.push_back({s.name, text.str()});
+    std::optional<std::string> text = read_file(path);
+    if (!text) throw Error(std::string(kKernelSourceDirVariable) + "=" + dir + " lacks " + s.name + " (" + path + ")");
+    files.push_back({s.name, std::move(*text)});
   }
   return files;
 }

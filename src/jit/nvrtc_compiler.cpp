@@ -2,9 +2,10 @@
 
 #include <nvrtc.h>
 
+#include <algorithm>
+#include <charconv>
 #include <chrono>
-#include <regex>
-#include <sstream>
+#include <optional>
 
 #include "jit/cubin_info.hpp"
 #include "jit/kernel_sources.hpp"
@@ -19,25 +20,53 @@ const std::vector<std::string>& nvrtc_options() {
   return options;
 }
 
+namespace {
+
+// `line` as "ptxas info|warning : <message> for|in [the ]function '<name>'<rest>", into {name,
+// message + rest}; nothing for another form. The first " function '" separator that follows
+// " for" or " in" (with "the" between or not) ends the message. By hand, not std::regex: no
+// locale in the process's library code (common/read_file.hpp says why).
+std::optional<AssemblerWarning> parse_warning_line(std::string_view line) {
+  std::string_view body;
+  for (const std::string_view prefix : {"ptxas info", "ptxas warning"}) {
+    if (line.substr(0, prefix.size()) == prefix) body = line.substr(prefix.size());
+  }
+  const size_t colon = body.find_first_not_of(' ');
+  if (colon == std::string_view::npos || body[colon] != ':') return std::nullopt;
+  body.remove_prefix(std::min(body.size(), body.find_first_not_of(' ', colon + 1)));
+  size_t best = std::string_view::npos, name_at = 0;
+  for (const std::string_view separator : {" for the function '", " in the function '", " for function '", " in function '"}) {
+    const size_t at = body.find(separator);
+    if (at < best) best = at, name_at = at + separator.size();
+  }
+  if (best == std::string_view::npos) return std::nullopt;
+  const size_t name_end = body.find('\'', name_at);
+  if (name_end == std::string_view::npos) return std::nullopt;
+  return AssemblerWarning{std::string(body.substr(name_at, name_end - name_at)),
+                          std::string(body.substr(0, best)) + std::string(body.substr(name_end + 1))};
+}
+
+}  // namespace
+
 std::vector<AssemblerWarning> assembler_warnings(std::string_view log) {
   // ptxas info    : (C7512) Potential Performance Loss: wgmma.mma_async instructions are serialized due to
   //                 insufficient register resources for the function '<name>'
   // ptxas warning : Registers are spilled to local memory in function '<name>', 8 bytes spill stores, ...
-  static const std::regex line_form(R"(^ptxas (?:info|warning) *: *(.*?) (?:for|in) (?:the )?function '([^']*)'(.*)$)");
-  static const std::string kLoss = "Potential Performance Loss: ";
+  constexpr std::string_view kLoss = "Potential Performance Loss: ";
   std::vector<AssemblerWarning> warnings;
-  std::istringstream lines{std::string(log)};
-  std::smatch m;
-  for (std::string line; std::getline(lines, line);) {
-    const bool loss = line.find(kLoss) != std::string::npos;
-    if (!loss && line.find("spilled to local memory") == std::string::npos) continue;
-    if (!std::regex_match(line, m, line_form)) {
-      warnings.push_back({"", line});  // a form this parser does not know still counts
+  while (!log.empty()) {
+    const size_t end = std::min(log.find('\n'), log.size());
+    const std::string_view line = log.substr(0, end);
+    log.remove_prefix(std::min(log.size(), end + 1));
+    const bool loss = line.find(kLoss) != std::string_view::npos;
+    if (!loss && line.find("spilled to local memory") == std::string_view::npos) continue;
+    std::optional<AssemblerWarning> w = parse_warning_line(line);
+    if (!w) {
+      warnings.push_back({"", std::string(line)});  // a form this parser does not know still counts
       continue;
     }
-    std::string message = m[1].str() + m[3].str();
-    if (const auto at = message.find(kLoss); at != std::string::npos) message.erase(at, kLoss.size());
-    warnings.push_back({m[2].str(), message});
+    if (const auto at = w->message.find(kLoss); at != std::string::npos) w->message.erase(at, kLoss.size());
+    warnings.push_back(std::move(*w));
   }
   return warnings;
 }
@@ -47,9 +76,13 @@ bool serialises_mma(std::string_view message) {
 }
 
 int spill_store_bytes(std::string_view message) {
-  static const std::regex spill_form(R"((\d+) bytes spill stores)");
-  std::match_results<std::string_view::const_iterator> m;
-  return std::regex_search(message.begin(), message.end(), m, spill_form) ? std::stoi(m[1].str()) : 0;
+  const size_t at = message.find(" bytes spill stores");
+  if (at == std::string_view::npos) return 0;
+  size_t first = at;
+  while (first > 0 && message[first - 1] >= '0' && message[first - 1] <= '9') --first;
+  int bytes = 0;
+  std::from_chars(message.data() + first, message.data() + at, bytes);
+  return bytes;
 }
 
 std::string nvrtc_version() {

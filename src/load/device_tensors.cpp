@@ -2,8 +2,8 @@
 // host (the addresses are only compared, never read).
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <initializer_list>
-#include <sstream>
 #include <string>
 
 #include "mxmoe/device_layer.hpp"
@@ -45,9 +45,9 @@ void DeviceLayerTensors::validate() const {
     }
     alignment = std::max(alignment, dtype_size(t.dtype));
     if (reinterpret_cast<uintptr_t>(t.data) % alignment != 0) {
-      std::ostringstream address;
-      address << t.data;
-      throw Error(where + name + ": device address " + address.str() + " is not " + std::to_string(alignment) +
+      char address[32];
+      std::snprintf(address, sizeof(address), "%p", t.data);
+      throw Error(where + name + ": device address " + address + " is not " + std::to_string(alignment) +
                   "-byte aligned");
     }
   };

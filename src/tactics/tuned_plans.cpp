@@ -1,11 +1,10 @@
 #include "tactics/tuned_plans.hpp"
 
 #include <filesystem>
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "common/atomic_file.hpp"
+#include "common/read_file.hpp"
 #include "common/warnings.hpp"
 #include "mxmoe/error.hpp"
 #include "tactics/validate_plan.hpp"
@@ -32,12 +31,10 @@ ActivationFormat group_activations(const Json& group) {
 }
 
 std::optional<Json> read_table(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return std::nullopt;
-  std::stringstream text;
-  text << in.rdbuf();
+  const std::optional<std::string> text = read_file(path);
+  if (!text) return std::nullopt;
   try {
-    Json table = Json::parse(text.str());
+    Json table = Json::parse(*text);
     if (table.value("format", "") != kFormat) throw Error("unknown format");
     return table;
   } catch (const std::exception& e) {

@@ -95,6 +95,15 @@ TEST(AssemblerWarnings, ParsedFromTheLog) {
             "wgmma pipeline");
   EXPECT_EQ(warnings[2].message, "Registers are spilled to local memory, 16 bytes spill stores, 24 bytes spill loads");
   EXPECT_TRUE(assembler_warnings("ptxas info    : Used 168 registers\n").empty());
+  EXPECT_EQ(spill_store_bytes(warnings[2].message), 16);
+  EXPECT_EQ(spill_store_bytes(warnings[0].message), 0);
+  EXPECT_TRUE(serialises_mma(warnings[0].message));
+  EXPECT_FALSE(serialises_mma(warnings[2].message));
+  // A form the parser does not know is kept whole; a log without a last newline ends its last line.
+  const auto unknown = assembler_warnings("ptxas warning : Registers are spilled to local memory somewhere");
+  ASSERT_EQ(unknown.size(), 1u);
+  EXPECT_EQ(unknown[0].function, "");
+  EXPECT_EQ(unknown[0].message, "ptxas warning : Registers are spilled to local memory somewhere");
 }
 
 // The check can fail: a wgmma tile of 160 accumulators a thread, one step past the family's budget
