@@ -48,7 +48,10 @@ namespace mxmoe::kernels {
 // FC1's outputs of one CTA, fp32 in shared memory [tokens][block_scaled_epilogue_stride], to MXFP8
 // rows of FC2's input: a quad per (token, 32-column block), the warps taking 8 at a time (the
 // quantiser's shuffles need whole warps). The CTA's blocks start at block `first_block`; those
-// past the layer's I are the padding of its last slice, stored as zeros.
+// past the layer's I are the padding of its last slice, stored as zeros. As FP8 activations
+// (args.epilogue.swiglu.fp8_output), each value goes to bf16 first, and 16 lanes hold a token's
+// 128-column block: a tile of 256 rows (128 columns) is one such block per token, and its four
+// 32-blocks start at a multiple of 4 items, so each half-warp takes one.
 template <int kTileRows, int kTileTokens, int kThreads>
 __device__ __forceinline__ void store_fc1_mxfp8(const ExpertGemmArgs& args, const float* gated, int first_row,
                                                 int tokens) {
@@ -65,7 +68,18 @@ __device__ __forceinline__ void store_fc1_mxfp8(const ExpertGemmArgs& args, cons
       values[0] = low.x, values[1] = low.y, values[2] = low.z, values[3] = low.w;
       values[4] = high.x, values[5] = high.y, values[6] = high.z, values[7] = high.w;
     }
-    const Mxfp8Share share = quantize_mxfp8_share(values);
+    Mxfp8Share share;
+    if constexpr (kTileRows % 256 == 0) {
+      if (args.epilogue.swiglu.fp8_output) {
+#pragma unroll
+        for (int j = 0; j < 8; ++j) values[j] = bf16_bits_to_float(float_to_bf16_bits(values[j]));
+        share = quantize_fp8_share(values);
+      } else {
+        share = quantize_mxfp8_share(values);
+      }
+    } else {
+      share = quantize_mxfp8_share(values);  // validate_plan gives FP8 activations no 128-row FC1 tile
+    }
     if (item < kItems && token < tokens && block < 2 * out_k_tiles) store_mxfp8_share(out, first_row + token, block, share);
   }
 }

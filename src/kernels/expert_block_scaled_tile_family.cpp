@@ -1,6 +1,6 @@
 // The block-scaled tile family (expert_block_scaled_tile.cuh): "bsmma.r<rows>x<tokens>.w<warps along
 // rows>x<warps along tokens>.s<stages>.k<split>". The mma family's tiles with MXFP8 activations: a
-// plan of it has ActivationFormat::kMxfp8 (both stages), which a caller chooses
+// plan of it has ActivationFormat::kMxfp8 or kFp8 (both stages), which a caller chooses
 // (RunnerOptions::activations); the bf16 heuristic never does (docs/block-scaled.md).
 #include <cstdlib>
 #include <string>
@@ -31,11 +31,23 @@ class BlockScaledTileFamily final : public KernelFamily {
         {bsmma(128, 32, 4, 1, 4), "MXFP8 activations, small tile: 17-32 rows per expert"},
         {bsmma(128, 64, 2, 2, 3), "MXFP8 activations, large tile: 33-64 rows per expert"},
         {bsmma(128, 128, 2, 4, 3), "MXFP8 activations, prefill: 65+ rows per expert"},
+        {bsmma(256, 16, 4, 1, 4), "FP8 activations' FC1 (whole 128-column blocks): up to 16 rows per expert"},
+        {bsmma(256, 32, 4, 1, 4), "FP8 activations' FC1: 17-32 rows per expert"},
+        {bsmma(256, 64, 4, 2, 3), "FP8 activations' FC1: 33+ rows per expert (128 tokens spill on the twin)"},
     };
     return kCandidates;
   }
 
   ActivationFormat activations() const override { return ActivationFormat::kMxfp8; }
+  // FP8 activations go between the stages as MXFP8 rows whose 128-K blocks repeat one scale over
+  // their four 32-K blocks (mxfp8_quantize.cuh): FC1's epilogue quantises a 128-column block per
+  // token, so its tile has a multiple of 256 rows (gate and up rows: 128 columns).
+  std::string why_no_fp8(const Tactic& t, Stage stage) const override {
+    if (stage == Stage::kFc1 && t.tile_rows % 256 != 0) {
+      return "FP8 activations need FC1 tiles of a multiple of 256 rows (whole 128-column blocks of FC2's input)";
+    }
+    return "";
+  }
   // FC1 reads the gather launch's MXFP8 rows (x quantised in sorted-row order).
   bool reads_sorted_input() const override { return true; }
 

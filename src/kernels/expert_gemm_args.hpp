@@ -10,10 +10,14 @@ namespace mxmoe::kernels {
 // FC1's epilogue, the layer's SwiGLU (layer_spec.hpp's SwigluActivation) in the form it computes:
 // glu = min(glu, limit), lin = clamp(lin, -limit, limit),
 // out = glu / (1 + 2^(minus_alpha_log2e glu)) * (lin + up_offset).
+// And, for the block-scaled family, how FC1 quantises its outputs into FC2's MXFP8 rows.
 struct SwigluArgs {
   float minus_alpha_log2e;  // -alpha log2(e)
   float limit;
   float up_offset;
+  // 1: as FP8 activations (bf16, then one scale per 128 columns, ActivationFormat::kFp8; FC1's
+  // tile rows a multiple of 256); 0: MXFP8 (per 32). The other families write bf16 rows.
+  int fp8_output;
 };
 
 // How FC2 writes its outputs.

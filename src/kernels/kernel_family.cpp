@@ -60,6 +60,13 @@ std::string KernelFamily::why_invalid(const Tactic& t, const Arch& arch, const S
 
 int KernelFamily::smem_limit(const Tactic&, const Arch& arch) const { return arch.smem_per_block; }
 
+std::string KernelFamily::why_no_fp8(const Tactic&, Stage) const {
+  if (activations() != ActivationFormat::kBf16) {
+    return "takes " + std::string(activation_format_name(activations())) + " activations";
+  }
+  return whole_layer() ? "a whole-layer launch cannot round FC1's output between its stages" : "";
+}
+
 kernels::ExpertGemmArgs KernelFamily::stage_arguments(const ExpertLaunch& l, const kernels::LayerArgs& args) {
   kernels::ExpertGemmArgs stage_args = l.stage == Stage::kFc1 ? args.fc1 : args.fc2;
   stage_args.staged_rows = l.geometry.staged_rows;

@@ -116,6 +116,12 @@ class KernelFamily {
   // stages' families' (validate_plan).
   virtual ActivationFormat activations() const { return ActivationFormat::kBf16; }
 
+  // Empty when its kernels can run `stage` of a plan with FP8 activations (ActivationFormat::kFp8);
+  // else why not. By default a bf16 family's per-stage launches can (the runner rounds their input
+  // rows to FP8 values between the launches), a whole-layer launch cannot, and neither can a
+  // family of another format.
+  virtual std::string why_no_fp8(const Tactic& t, Stage stage) const;
+
   // Whether its FC1 reads x gathered into sorted-row order (a gather launch after the routing
   // writes it), so that a token tile's rows are one block of the input.
   virtual bool reads_sorted_input() const { return false; }

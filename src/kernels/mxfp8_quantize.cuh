@@ -9,6 +9,12 @@
 // layer's input, fp32 from FC1's SwiGLU). Budget per lane: 2 shuffles for the block's max, 4
 // two-element conversions (cvt.rn.satfinite.e4m3x2, sm_89+), 1 shuffle to trade half-words with
 // its pair, ~30 integer and float operations.
+//
+// FP8 activations (ActivationFormat::kFp8) take the same rows: DeepSeek-V4's quantiser's one
+// power-of-two scale per 128 along K (fp8_round_rows_kernel.cuh's rule, the CPU's
+// round_to_fp8_activations) written as the E8M0 code of each of the 128-block's four 32-blocks.
+// The block-scaled MMA then multiplies exactly the FP8 activations' values. Four quads (16 lanes)
+// hold a 128-block there: 2 more shuffles for its max.
 #pragma once
 
 #include "format/record_layout.hpp"
@@ -58,27 +64,29 @@ struct Mxfp8Share {
   unsigned scale_code;
   unsigned words[2];
 };
-__device__ __forceinline__ Mxfp8Share quantize_mxfp8_share(const float (&values)[8]) {
+
+// The largest |value| of the lanes' `lanes`-lane group (4: a 32-block, 16: a 128-block) as float
+// bits (|v| as bits orders as |v| does; exponent 255: inf or NaN).
+template <int kLanes>
+__device__ __forceinline__ unsigned group_amax_bits(const float (&values)[8]) {
+  unsigned amax_bits = 0;
+#pragma unroll
+  for (int j = 0; j < 8; ++j) amax_bits = max(amax_bits, __float_as_uint(values[j]) & 0x7FFFFFFFu);
+#pragma unroll
+  for (int offset = 1; offset < kLanes; offset *= 2) amax_bits = max(amax_bits, __shfl_xor_sync(0xFFFFFFFFu, amax_bits, offset));
+  return amax_bits;
+}
+
+// The share of a block whose E8M0 code is `scale_code` (255: NaN, zero elements): the elements
+// v / 2^(scale_code - 127) as E4M3 (nearest even, saturating), placed for the MMA.
+__device__ __forceinline__ Mxfp8Share pack_mxfp8_share(const float (&values)[8], unsigned scale_code) {
   const int q = threadIdx.x % 4;
-  // |v| as float bits orders as |v| does; exponent 255: inf or NaN.
-  unsigned amax_bits = 0, special = 0;
-#pragma unroll
-  for (int j = 0; j < 8; ++j) {
-    const unsigned magnitude = __float_as_uint(values[j]) & 0x7FFFFFFFu;
-    amax_bits = max(amax_bits, magnitude);
-    special |= (magnitude & 0x7F800000u) == 0x7F800000u;
-  }
-#pragma unroll
-  for (int offset = 1; offset <= 2; offset *= 2) {
-    amax_bits = max(amax_bits, __shfl_xor_sync(0xFFFFFFFFu, amax_bits, offset));
-    special |= __shfl_xor_sync(0xFFFFFFFFu, special, offset);
-  }
+  const bool special = scale_code == 255u;
   Mxfp8Share share;
-  const int exponent = static_cast<int>(amax_bits >> 23);  // the float's biased exponent; 0: zero or subnormal
-  share.scale_code = special ? 255u : static_cast<unsigned>(max(exponent - kE4m3ElementEmax, 0));
+  share.scale_code = scale_code;
   // v / 2^(scale - 127), a power of two from 2^-119 to 2^127, exact but for results below the
   // float normals (rounded as the CPU's ldexp rounds them, and far below E4M3's smallest element).
-  const float factor = __uint_as_float((254u - min(share.scale_code, 254u)) << 23);
+  const float factor = __uint_as_float((254u - min(scale_code, 254u)) << 23);
   unsigned halves[4];  // codes of elements (2 t, 2 t + 1)
 #pragma unroll
   for (int t = 0; t < 4; ++t) {
@@ -94,16 +102,32 @@ __device__ __forceinline__ Mxfp8Share quantize_mxfp8_share(const float (&values)
   return share;
 }
 
-// The same for 8 bf16 (`values`: bf16 (2 j + 1):(2 j) in word j), widened exactly.
-__device__ __forceinline__ Mxfp8Share quantize_mxfp8_share(uint4 values) {
+// MXFP8: the OCP rule per 32-block (a quad); a block's max of exponent 255 is a NaN or an infinity.
+__device__ __forceinline__ Mxfp8Share quantize_mxfp8_share(const float (&values)[8]) {
+  const int exponent = static_cast<int>(group_amax_bits<4>(values) >> 23);  // biased; 0: zero or subnormal
+  return pack_mxfp8_share(values, exponent == 255 ? 255u : static_cast<unsigned>(max(exponent - kE4m3ElementEmax, 0)));
+}
+
+// FP8 activations: `values` bf16 values (the quantiser reads bf16 rows), s = 2^ceil(log2(max(amax,
+// 1e-4) / 448)) over the 16 lanes' 128-block (fp8_round_rows_kernel.cuh), code s + 127 in
+// [105, 246]; a block holding a NaN or an infinity NaN throughout (code 255). Elements past K are
+// zeros and do not move the block's max.
+__device__ __forceinline__ Mxfp8Share quantize_fp8_share(const float (&values)[8]) {
+  const unsigned amax_bits = group_amax_bits<16>(values);
+  if (amax_bits >= 0x7F800000u) return pack_mxfp8_share(values, 255u);
+  const unsigned t_bits = __float_as_uint(fmaxf(__uint_as_float(amax_bits), 1e-4f) * (1.0f / 448.0f));
+  const int scale_exponent = static_cast<int>(t_bits >> 23) - 127 + ((t_bits & 0x7FFFFFu) != 0 ? 1 : 0);
+  return pack_mxfp8_share(values, static_cast<unsigned>(scale_exponent + 127));
+}
+
+// 8 bf16 (`values`: bf16 (2 j + 1):(2 j) in word j) widened exactly.
+__device__ __forceinline__ void widen_bf16x8(uint4 values, float (&wide)[8]) {
   const unsigned pairs[4] = {values.x, values.y, values.z, values.w};
-  float wide[8];
 #pragma unroll
   for (int j = 0; j < 4; ++j) {
     wide[2 * j] = __uint_as_float(pairs[j] << 16);
     wide[2 * j + 1] = __uint_as_float(pairs[j] & 0xFFFF0000u);
   }
-  return quantize_mxfp8_share(wide);
 }
 
 // Stores lane q's share of block `block` (counted along the row) of MXFP8 row `row`: its two words

@@ -31,9 +31,11 @@ __global__ void __launch_bounds__(kGatherWarps * 32)
 // The gather quantised to MXFP8 (kernels/mxfp8_quantize.cuh), for the block-scaled family's FC1:
 // sorted row r becomes MXFP8 row r of `sorted` (room for `rows_capacity` rows of K = hidden), a
 // warp per row, a quad per 32-K block, 8 blocks a step; a last half slice's padding block is
-// stored as zeros. Budget: reads pairs x H x 2 bytes (each x row top_k times, from L2 after the
-// first), writes pairs x H x 1.06 bytes, ~5 operations per element: about the plain gather's
+// stored as zeros. kFp8: as FP8 activations (one scale per 128-K block, four quads: a step holds
+// two whole 128-blocks). Budget: reads pairs x H x 2 bytes (each x row top_k times, from L2 after
+// the first), writes pairs x H x 1.06 bytes, ~5 operations per element: about the plain gather's
 // time.
+template <bool kFp8>
 __global__ void __launch_bounds__(kGatherWarps * 32)
     gather_quantize_rows_kernel(const unsigned short* x, int hidden, int top_k, int num_experts, RouteBuffers route,
                                 void* sorted, long long rows_capacity) {
@@ -49,7 +51,9 @@ __global__ void __launch_bounds__(kGatherWarps * 32)
     const uint4 values = kScaleBlock * block < hidden
                              ? *reinterpret_cast<const uint4*>(source + kScaleBlock * block + 8 * (lane % 4))
                              : make_uint4(0, 0, 0, 0);
-    const Mxfp8Share share = quantize_mxfp8_share(values);
+    float wide[8];
+    widen_bf16x8(values, wide);
+    const Mxfp8Share share = kFp8 ? quantize_fp8_share(wide) : quantize_mxfp8_share(wide);
     if (block < 2 * k_tiles) store_mxfp8_share(out, row, block, share);
   }
 }

@@ -69,12 +69,13 @@ void launch_gather_rows(const __nv_bfloat16* x, int hidden, int top_k, int num_e
 }
 
 void launch_gather_quantize_rows(const __nv_bfloat16* x, int hidden, int top_k, int num_experts, int num_tokens,
-                                 const kernels::RouteBuffers& route, void* sorted, cudaStream_t stream) {
+                                 const kernels::RouteBuffers& route, void* sorted, bool fp8, cudaStream_t stream) {
   const auto* source = reinterpret_cast<const unsigned short*>(x);
   long long rows_capacity = static_cast<long long>(num_tokens) * top_k;
   kernels::RouteBuffers r = route;
   void* args[] = {&source, &hidden, &top_k, &num_experts, &r, &sorted, &rows_capacity};
-  launch(reinterpret_cast<const void*>(kernels::gather_quantize_rows_kernel),
+  launch(fp8 ? reinterpret_cast<const void*>(kernels::gather_quantize_rows_kernel<true>)
+             : reinterpret_cast<const void*>(kernels::gather_quantize_rows_kernel<false>),
          dim3(blocks(rows_capacity, kernels::kGatherWarps)), dim3(kernels::kGatherWarps * 32), args, 0, stream,
          "quantising gather launch");
 }

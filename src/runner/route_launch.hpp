@@ -20,9 +20,10 @@ void launch_routing(const kernels::RouteInput& in, int num_tokens, int num_exper
 void launch_gather_rows(const __nv_bfloat16* x, int hidden, int top_k, int num_experts, int num_tokens,
                         const kernels::RouteBuffers& route, __nv_bfloat16* sorted, cudaStream_t stream);
 // The same quantised to MXFP8 rows of K = hidden at `sorted` (room for num_tokens x top_k rows,
-// kernels/mxfp8_quantize.cuh), for the block-scaled family's FC1.
+// kernels/mxfp8_quantize.cuh), for the block-scaled family's FC1; with `fp8`, as FP8 activations
+// (a scale per 128 along K, repeated in its four 32-blocks' codes).
 void launch_gather_quantize_rows(const __nv_bfloat16* x, int hidden, int top_k, int num_experts, int num_tokens,
-                                 const kernels::RouteBuffers& route, void* sorted, cudaStream_t stream);
+                                 const kernels::RouteBuffers& route, void* sorted, bool fp8, cudaStream_t stream);
 // Rows of bf16 (`rows` of `row_length`, a multiple of 32; from *row_count on left alone when
 // row_count is given) rounded to FP8 activations' values (route/fp8_round_rows_kernel.cuh) into
 // `out`, which may be `in`.

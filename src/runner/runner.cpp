@@ -52,25 +52,23 @@ struct MoeRunner::Impl {
   mutable LaunchTable launches;
 
   // The options' activations, but bf16 where they ask for MXFP8 and the block-scaled family failed
-  // its check on this device.
+  // its check on this device (FP8 activations then run on the bf16 families: heuristic_plan).
   ActivationFormat activations() const {
     if (options.activations == ActivationFormat::kMxfp8 && block_scaled_family_dropped()) return ActivationFormat::kBf16;
     return options.activations;
   }
   LayerPlan heuristic_plan(int num_tokens) const {
-    return mxmoe::heuristic_plan(shape, num_tokens, *device.arch, activations());
+    const Arch& arch = *device.arch;
+    return mxmoe::heuristic_plan(shape, num_tokens, arch, activations(),
+                                 multiplies_block_scaled(arch) && !block_scaled_family_dropped());
   }
   LayerPlan plan(int num_tokens) const {
-    const ActivationFormat format = activations();
-    return tuned.find(num_tokens, format).value_or(mxmoe::heuristic_plan(shape, num_tokens, *device.arch, format));
+    return tuned.find(num_tokens, activations()).value_or(heuristic_plan(num_tokens));
   }
   // The first-use check of each block-scaled tactic of `plan` where the options ask for it on this
   // device; false when one fails (the family is then dropped here).
   bool block_scaled_checks_pass(const LayerPlan& plan) const {
-    if (plan.activations != ActivationFormat::kMxfp8 ||
-        !block_scaled_check_applies(options.block_scaled_check, *device.arch)) {
-      return true;
-    }
+    if (!block_scaled_check_applies(options.block_scaled_check, *device.arch)) return true;
     for (const Tactic& t : {plan.fc1, plan.fc2}) {
       if (activations_of(t) == ActivationFormat::kMxfp8 && !check_block_scaled_tactic(t).passed) return false;
     }
@@ -166,11 +164,11 @@ void MoeRunner::Impl::prepare(int max_tokens) const {
   if (max_tokens <= launches.max_tokens()) return;
   // Block-scaled tactics are checked before any launch of them is made: a failure turns every
   // later plan() to bf16 activations, so the loop ends at the first.
-  if (options.activations == ActivationFormat::kMxfp8) {
+  if (options.activations != ActivationFormat::kBf16) {
     std::set<std::string> checked;
     for (int t = 1; t <= max_tokens; ++t) {
       const LayerPlan p = plan(t);
-      if (p.activations != ActivationFormat::kMxfp8) break;
+      if (activations_of(p.fc1) != ActivationFormat::kMxfp8) break;
       if (checked.insert(p.fc1.binary().name() + " " + p.fc2.binary().name()).second && !block_scaled_checks_pass(p)) break;
     }
   }
@@ -198,8 +196,11 @@ bool MoeRunner::routes_in_expert_kernels(const LayerPlan& plan, int num_tokens) 
 
 namespace {
 
-kernels::SwigluArgs swiglu_args(const SwigluActivation& a) {
-  return {.minus_alpha_log2e = -a.alpha * 1.4426950408889634f, .limit = a.limit, .up_offset = a.up_offset};
+kernels::SwigluArgs swiglu_args(const SwigluActivation& a, bool fp8_output) {
+  return {.minus_alpha_log2e = -a.alpha * 1.4426950408889634f,
+          .limit = a.limit,
+          .up_offset = a.up_offset,
+          .fp8_output = fp8_output ? 1 : 0};
 }
 
 }  // namespace
@@ -219,22 +220,25 @@ void MoeRunner::Impl::run(const __nv_bfloat16* x, const kernels::RouteInput& in,
   // FP8 activations: the bf16 families compute with rows rounded to FP8 values, FC1's input here
   // (the gathered rows in place, or x into expert_out's bytes, which FC2 writes only after its wait
   // for FC1), FC2's after FC1. Rows past the routing's count are left alone; a batch that routes
-  // itself has no count before FC2, and every one of its pairs has a row.
+  // itself has no count before FC2, and every one of its pairs has a row. The block-scaled family
+  // takes them as MXFP8 rows of one scale per 128, from its quantising gather and FC1's epilogue.
   const bool fp8 = launch.plan.activations == ActivationFormat::kFp8;
+  const bool mxfp8_rows = activations_of(launch.plan.fc1) == ActivationFormat::kMxfp8;
+  const bool rounded_rows = fp8 && !mxfp8_rows;
   const int* sorted_rows = launch.routing_launch ? route.expert_offsets + shape.num_experts : nullptr;
   const void* fc1_input = x;
   if (launch.gather_launch) {
     void* sorted_input = ws + layout.sorted_input;
-    if (launch.plan.activations == ActivationFormat::kMxfp8) {
+    if (mxfp8_rows) {
       launch_gather_quantize_rows(x, shape.hidden, shape.top_k, shape.num_experts, num_tokens, route, sorted_input,
-                                  stream);
+                                  fp8, stream);
     } else {
       auto* rows = static_cast<__nv_bfloat16*>(sorted_input);
       launch_gather_rows(x, shape.hidden, shape.top_k, shape.num_experts, num_tokens, route, rows, stream);
-      if (fp8) launch_fp8_round_rows(rows, rows, shape.hidden, pairs, sorted_rows, stream);
+      if (rounded_rows) launch_fp8_round_rows(rows, rows, shape.hidden, pairs, sorted_rows, stream);
     }
     fc1_input = sorted_input;
-  } else if (fp8) {
+  } else if (rounded_rows) {
     auto* rounded = reinterpret_cast<__nv_bfloat16*>(ws + layout.expert_out);
     launch_fp8_round_rows(x, rounded, shape.hidden, num_tokens, nullptr, stream);
     fc1_input = rounded;
@@ -263,7 +267,7 @@ void MoeRunner::Impl::run(const __nv_bfloat16* x, const kernels::RouteInput& in,
               .active_experts = route.active_experts,
               .tile_offsets = tile_offsets(0),
               .output = activation,
-              .epilogue = {.swiglu = swiglu_args(shape.spec.activation)},
+              .epilogue = {.swiglu = swiglu_args(shape.spec.activation, fp8 && mxfp8_rows)},
               .routes_itself = routes_itself,
               .num_tokens = num_tokens,
               .route = route,
@@ -300,7 +304,7 @@ void MoeRunner::Impl::run(const __nv_bfloat16* x, const kernels::RouteInput& in,
     expert.tactic.family->launch(expert, args, stream);
     // A whole-layer launch is FC1's and runs to the end: nothing follows it.
     if (last == (expert.stage == Stage::kFc1 ? ForwardPart::kFc1 : ForwardPart::kFc2)) return;
-    if (fp8 && expert.stage == Stage::kFc1) {
+    if (rounded_rows && expert.stage == Stage::kFc1) {
       auto* rows = static_cast<__nv_bfloat16*>(activation);
       launch_fp8_round_rows(rows, rows, shape.intermediate, pairs, sorted_rows, stream);
     }

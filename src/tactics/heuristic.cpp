@@ -69,18 +69,15 @@ Tactic wgmma_tile(long long rows_expected) {
 
 }  // namespace
 
-Tactic row_tile_for(const KernelFamily& family, long long rows_expected) {
+Tactic row_tile_for(const KernelFamily& family, long long rows_expected, int tile_rows) {
   int tile_tokens = 16;
-  while (tile_tokens < 128 && tile_tokens < rows_expected) tile_tokens *= 2;
-  if (tile_tokens <= 32) {
-    return {.family = &family, .tile_rows = 128, .tile_tokens = tile_tokens, .warps_rows = 4, .smem_stages = 4};
-  }
+  while (tile_tokens < (tile_rows == 128 ? 128 : 64) && tile_tokens < rows_expected) tile_tokens *= 2;
   return {.family = &family,
-          .tile_rows = 128,
+          .tile_rows = tile_rows,
           .tile_tokens = tile_tokens,
-          .warps_rows = 2,
-          .warps_tokens = tile_tokens / 32,
-          .smem_stages = 3};
+          .warps_rows = tile_rows == 128 && tile_tokens > 32 ? 2 : 4,
+          .warps_tokens = tile_tokens <= 32 ? 1 : tile_tokens / 32,
+          .smem_stages = tile_tokens <= 32 ? 4 : 3};
 }
 
 LayerPlan heuristic_plan(const MoeShape& shape, int num_tokens, const Arch& arch) {

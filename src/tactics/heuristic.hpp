@@ -22,18 +22,29 @@ namespace mxmoe {
 LayerPlan heuristic_plan(const MoeShape& shape, int num_tokens, const Arch& arch);
 std::vector<Tactic> default_tactics();
 
-// The 128-row tile of the mma-shaped families ("mma", "bsmma") whose token tile is the smallest of
-// 16, 32, 64, 128 that covers `rows_expected`: 4 warps along the rows up to 32 tokens, then 2 x
-// tokens / 32.
-Tactic row_tile_for(const KernelFamily& family, long long rows_expected);
+// The tile of the mma-shaped families ("mma", "bsmma") of `tile_rows` rows (128, or 256: the
+// block-scaled FC1 of FP8 activations) whose token tile is the smallest of 16, 32, 64, 128 that
+// covers `rows_expected`: on 128 rows 4 warps along the rows up to 32 tokens, then 2 x tokens / 32;
+// on 256 rows at most 64 tokens (128 would spill the twin's registers), 4 x max(1, tokens / 32).
+Tactic row_tile_for(const KernelFamily& family, long long rows_expected, int tile_rows = 128);
 
-// The plan for `activations`: the above for bf16, and for FP8 activations (the runner rounds the
-// bf16 families' input rows to FP8 values: route/fp8_round_rows_kernel.cuh); for MXFP8
-// activations, which only a caller chooses (RunnerOptions::activations; their accuracy cost,
-// docs/block-scaled.md, is the caller's to accept), the block-scaled tiles for both stages with
-// the smallest token tile of 16, 32, 64, 128 that covers the expected rows per expert, as the mma
-// tiles' (block_scaled_heuristic.cpp). Those tactics compile on first use (they are not in
-// default_tactics()). Throws Error where no block-scaled tactic runs on the shape and arch.
+// Whether `arch`'s tensor cores apply E8M0 block scales in mma.sync (kind::mxf8f6f4.block_scale:
+// sm_120a, sm_121a), where the block-scaled family runs at the MMA's own rate; elsewhere it runs
+// its twin, a correctness vehicle (docs/block-scaled.md).
+inline bool multiplies_block_scaled(const Arch& arch) { return arch.major == 12; }
+
+// The plan for `activations`: the above for bf16. For MXFP8 activations, which only a caller
+// chooses (RunnerOptions::activations; their accuracy cost, docs/block-scaled.md, is the caller's
+// to accept), the block-scaled tiles for both stages with the smallest token tile of 16, 32, 64,
+// 128 that covers the expected rows per expert, as the mma tiles' (block_scaled_heuristic.cpp).
+// For FP8 activations, with `block_scaled_mma` the same block-scaled tiles but FC1's of 256 rows
+// (its epilogue quantises whole 128-column blocks); without, the bf16 plan above, the runner
+// rounding its families' input rows to FP8 values (route/fp8_round_rows_kernel.cuh). The
+// block-scaled tactics compile on first use (they are not in default_tactics()). Throws Error
+// where no block-scaled tactic runs on the shape and arch. Without `block_scaled_mma`,
+// multiplies_block_scaled(arch).
+LayerPlan heuristic_plan(const MoeShape& shape, int num_tokens, const Arch& arch, ActivationFormat activations,
+                         bool block_scaled_mma);
 LayerPlan heuristic_plan(const MoeShape& shape, int num_tokens, const Arch& arch, ActivationFormat activations);
 
 }  // namespace mxmoe

@@ -16,22 +16,28 @@ void validate_plan(const MoeShape& shape, const LayerPlan& plan, const Arch& arc
                 ": a whole-layer tactic runs the whole layer (FC1, FC2 and the un-permute), so it must be "
                 "both stages' tactic, with k_split 1");
   }
+  if (plan.activations == ActivationFormat::kFp8 && fc1.activations() != fc2.activations()) {
+    throw Error("plan " + plan.fc1.name() + " + " + plan.fc2.name() +
+                ": FP8 activations pass from FC1 to FC2 as rows both tactics take, but FC1's family takes " +
+                activation_format_name(fc1.activations()) + " rows and FC2's " +
+                activation_format_name(fc2.activations()));
+  }
   const auto& valid = valid_tactics(arch.name);
   for (const auto& [tactic, stage] : {std::pair{plan.fc1, Stage::kFc1}, std::pair{plan.fc2, Stage::kFc2}}) {
     const std::string which = stage == Stage::kFc1 ? "FC1" : "FC2";
     if (std::find(valid.begin(), valid.end(), tactic.binary()) == valid.end()) {
       throw Error(which + " tactic " + tactic.name() + " is not in the " + std::string(arch.name) + " tactic table");
     }
-    // FP8 activations run on the bf16 families, their rows rounded between the stages, which a
-    // whole-layer launch has no room for.
+    // FP8 activations run on the bf16 families, their rows rounded between the stages, and on the
+    // block-scaled one as MXFP8 rows of one scale per 128 (KernelFamily::why_no_fp8).
     const ActivationFormat takes = tactic.family->activations();
-    const bool rounded_rows =
-        plan.activations == ActivationFormat::kFp8 && takes == ActivationFormat::kBf16 && !tactic.family->whole_layer();
-    if (takes != plan.activations && !rounded_rows) {
+    if (plan.activations == ActivationFormat::kFp8) {
+      if (const std::string why = tactic.family->why_no_fp8(tactic, stage); !why.empty()) {
+        throw Error(which + " tactic " + tactic.name() + ": " + why + "; the plan's activations are fp8");
+      }
+    } else if (takes != plan.activations) {
       throw Error(which + " tactic " + tactic.name() + " takes " + activation_format_name(takes) +
-                  " activations; the plan's are " + activation_format_name(plan.activations) +
-                  (tactic.family->whole_layer() ? " (a whole-layer launch cannot round FC1's output between its stages)"
-                                                : ""));
+                  " activations; the plan's are " + activation_format_name(plan.activations));
     }
     const StageShape stage_shape{shape, stage};
     if (const std::string why = tactic.family->why_invalid(tactic, arch, &stage_shape); !why.empty()) {

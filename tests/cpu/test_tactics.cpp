@@ -461,18 +461,28 @@ TEST(ValidatePlan, ActivationsMustBeTheFamilies) {
   EXPECT_NO_THROW(validate_plan(shape, {bs, bs, ActivationFormat::kMxfp8}, sm90));
   EXPECT_NO_THROW(validate_plan(shape, {bs, parse_tactic("bsmma.r128x32.w4x1.s4.k2"), ActivationFormat::kMxfp8}, sm90));
   // FP8 activations run on the bf16 families (the runner rounds their rows between the stages),
-  // but not on a whole-layer launch, nor on a family that takes MXFP8 rows.
+  // but not on a whole-layer launch; and on the block-scaled family as MXFP8 rows of one scale per
+  // 128, where FC1's tile has 256 rows (whole 128-column blocks); both stages' rows the same kind.
   const Tactic gemv = parse_tactic("gemv.r64x8.w4x2.u2.k1"), fused = parse_tactic("fused.r64x8.w4x2.u2.k1");
+  const Tactic bs256 = parse_tactic("bsmma.r256x32.w4x1.s4.k1");
   EXPECT_NO_THROW(validate_plan(shape, {gemv, gemv, ActivationFormat::kFp8}, sm90));
   EXPECT_NO_THROW(validate_plan(shape, {mma, parse_tactic("mma.r128x32.w4x1.s4.k2"), ActivationFormat::kFp8}, sm90));
+  EXPECT_NO_THROW(validate_plan(shape, {bs256, bs, ActivationFormat::kFp8}, sm90));
+  EXPECT_NO_THROW(validate_plan(shape, {bs256, parse_tactic("bsmma.r256x32.w4x1.s4.k2"), ActivationFormat::kFp8}, sm90));
+  EXPECT_NO_THROW(validate_plan(shape, {bs256, bs256, ActivationFormat::kMxfp8}, sm90));
   const std::pair<LayerPlan, const char*> wrong[] = {
       {{bs, bs, ActivationFormat::kBf16}, "FC1 tactic bsmma.r128x32.w4x1.s4.k1 takes mxfp8 activations; the plan's are bf16"},
       {{mma, bs, ActivationFormat::kMxfp8}, "FC1 tactic mma.r128x32.w4x1.s4.k1 takes bf16 activations; the plan's are mxfp8"},
       {{bs, mma, ActivationFormat::kMxfp8}, "FC2 tactic mma.r128x32.w4x1.s4.k1 takes bf16 activations; the plan's are mxfp8"},
-      {{bs, bs, ActivationFormat::kFp8}, "FC1 tactic bsmma.r128x32.w4x1.s4.k1 takes mxfp8 activations; the plan's are fp8"},
+      {{bs, bs, ActivationFormat::kFp8},
+       "FC1 tactic bsmma.r128x32.w4x1.s4.k1: FP8 activations need FC1 tiles of a multiple of 256 rows (whole "
+       "128-column blocks of FC2's input); the plan's activations are fp8"},
+      {{bs256, mma, ActivationFormat::kFp8},
+       "plan bsmma.r256x32.w4x1.s4.k1 + mma.r128x32.w4x1.s4.k1: FP8 activations pass from FC1 to FC2 as rows both "
+       "tactics take, but FC1's family takes mxfp8 rows and FC2's bf16"},
       {{fused, fused, ActivationFormat::kFp8},
-       "FC1 tactic fused.r64x8.w4x2.u2.k1 takes bf16 activations; the plan's are fp8 (a whole-layer launch cannot "
-       "round FC1's output between its stages)"},
+       "FC1 tactic fused.r64x8.w4x2.u2.k1: a whole-layer launch cannot round FC1's output between its stages; the "
+       "plan's activations are fp8"},
   };
   for (const auto& [plan, message] : wrong) {
     try {
@@ -484,11 +494,33 @@ TEST(ValidatePlan, ActivationsMustBeTheFamilies) {
   }
   EXPECT_THROW(parse_activation_format("fp16"), Error);
   EXPECT_EQ(parse_activation_format(activation_format_name(ActivationFormat::kMxfp8)), ActivationFormat::kMxfp8);
-  // The FP8 plan is the bf16 one, at every T.
+  // The FP8 plan is the bf16 one at every T where the tensor cores take no block scales (sm_90a),
+  // or where the block-scaled family is not to be used (its first-use check failed).
+  const Arch& sm120 = arch_by_name("sm_120a");
+  EXPECT_FALSE(multiplies_block_scaled(sm90));
+  EXPECT_TRUE(multiplies_block_scaled(sm120));
   for (const int tokens : {1, 8, 64, 512, 4096}) {
     LayerPlan bf16 = heuristic_plan(shape, tokens, sm90);
     bf16.activations = ActivationFormat::kFp8;
     EXPECT_EQ(heuristic_plan(shape, tokens, sm90, ActivationFormat::kFp8), bf16) << tokens;
+    LayerPlan bf16_sm120 = heuristic_plan(shape, tokens, sm120);
+    bf16_sm120.activations = ActivationFormat::kFp8;
+    EXPECT_EQ(heuristic_plan(shape, tokens, sm120, ActivationFormat::kFp8, false), bf16_sm120) << tokens;
+  }
+  // On sm_120a the block-scaled tiles: FC1's of 256 rows, FC2's the MXFP8 plan's.
+  for (const MoeShape& s : {shape, model_shape("deepseek-v4-flash")}) {
+    for (const auto& [tokens, fc1] :
+         std::initializer_list<std::pair<int, const char*>>{{1, "bsmma.r256x16.w4x1.s4.k1"},
+                                                            {16 * s.num_experts / s.top_k, "bsmma.r256x16.w4x1.s4.k1"},
+                                                            {16 * s.num_experts / s.top_k + 1, "bsmma.r256x32.w4x1.s4.k1"},
+                                                            {32 * s.num_experts / s.top_k + 1, "bsmma.r256x64.w4x2.s3.k1"},
+                                                            {65536, "bsmma.r256x64.w4x2.s3.k1"}}) {
+      const LayerPlan plan = heuristic_plan(s, tokens, sm120, ActivationFormat::kFp8);
+      EXPECT_EQ(plan.activations, ActivationFormat::kFp8);
+      EXPECT_EQ(plan.fc1.name(), fc1) << s.describe() << " T=" << tokens;
+      EXPECT_EQ(plan.fc2, heuristic_plan(s, tokens, sm120, ActivationFormat::kMxfp8).fc2) << tokens;
+      EXPECT_NO_THROW(validate_plan(s, plan, sm120)) << tokens;
+    }
   }
 }
 

@@ -52,7 +52,9 @@ __global__ void mxfp8_quantize_probe_kernel(const unsigned short* x, int k, unsi
     const uint4 values = inside ? *reinterpret_cast<const uint4*>(x + static_cast<long long>(row) * k +
                                                                   block * kernels::kScaleBlock + 8 * q)
                                 : make_uint4(0, 0, 0, 0);
-    const kernels::Mxfp8Share share = kernels::quantize_mxfp8_share(values);
+    float wide[8];
+    kernels::widen_bf16x8(values, wide);
+    const kernels::Mxfp8Share share = kernels::quantize_mxfp8_share(wide);
     if (!inside) continue;
     unsigned* out = reinterpret_cast<unsigned*>(codes + static_cast<long long>(row) * k + block * kernels::kScaleBlock);
     out[4 * (q / 2) + 2 * (q % 2)] = share.words[0];

@@ -181,9 +181,9 @@ inline std::vector<std::pair<std::string, std::optional<LayerPlan>>> plans_to_te
   for (const Tactic& t : valid_tactics(arch.name)) {
     // A tactic that cannot take the shape (a GEMV-style ring past the shared memory at K = 7168)
     // is refused by the runner before any launch: tests of that are the tactic table's.
-    const bool takes = activations_of(t) == activations || (activations == ActivationFormat::kFp8 &&
-                                                            activations_of(t) == ActivationFormat::kBf16 &&
-                                                            !t.family->whole_layer());
+    const bool takes = activations == ActivationFormat::kFp8
+                           ? t.family->why_no_fp8(t, Stage::kFc1).empty() && t.family->why_no_fp8(t, Stage::kFc2).empty()
+                           : activations_of(t) == activations;
     if (!takes || !t.family->why_invalid(t, arch, &fc1).empty() ||
         !t.family->why_invalid(t, arch, &fc2).empty()) {
       continue;

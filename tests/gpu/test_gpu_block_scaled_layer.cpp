@@ -67,69 +67,96 @@ TEST(GpuBlockScaledRouting, ExpertsWithNoRowOrOne) {
 // The quantising gather writes x's rows in sorted order as the CPU's quantiser encodes them, bit
 // for bit; FC1 writes its SwiGLU outputs as MXFP8 rows that decode to the MXFP8 reference's FC2
 // input (elements may differ by one E4M3 step where a sum sits on a rounding boundary and the two
-// sides' fp32 sums differ in their last bits).
-TEST(GpuBlockScaledStages, GatheredRowsAndFc1OutputAreTheReferencesMxfp8) {
+// sides' fp32 sums differ in their last bits). With FP8 activations (a 256-row FC1 tile), the same
+// rows hold one scale per 128-K block, repeated in its four 32-blocks' codes, and decode to the
+// FP8 reference's values: x's exactly.
+TEST(GpuBlockScaledStages, GatheredRowsAndFc1OutputAreTheReferences) {
   MXMOE_REQUIRE_GPU();
   for (const MoeShape& shape : {model_shape("gpt-oss-20b"), MoeShape{5, 3, 96, 160, 1}}) {
-    const auto& layer = test_layer(shape, 17);
-    const int tokens = 37, pairs = tokens * shape.top_k;
-    const std::vector<Bf16> x = make_activations(tokens, shape.hidden, 55);
-    const std::vector<float> logits = random_logits(tokens, shape.num_experts, 56);
-    const ReferenceResult ref = mxfp8_reference(layer.weights, x, tokens, logits, true);
-    const Tactic t = parse_tactic("bsmma.r128x32.w4x1.s4.k1");
-    const LayerPlan plan{t, t, kMxfp8};
+    for (const ActivationFormat format : {kMxfp8, ActivationFormat::kFp8}) {
+      const std::string what = shape.describe() + " " + activation_format_name(format);
+      const auto& layer = test_layer(shape, 17);
+      const int tokens = 37, pairs = tokens * shape.top_k;
+      const std::vector<Bf16> x = make_activations(tokens, shape.hidden, 55);
+      const std::vector<float> logits = random_logits(tokens, shape.num_experts, 56);
+      const ReferenceResult ref = reference_forward_from_logits(layer.weights, x, tokens, logits,
+                                                                {.keep_intermediates = true, .activations = format});
+      const Tactic fc1 = parse_tactic(format == kMxfp8 ? "bsmma.r128x32.w4x1.s4.k1" : "bsmma.r256x32.w4x1.s4.k1");
+      const LayerPlan plan{fc1, parse_tactic("bsmma.r128x32.w4x1.s4.k1"), format};
 
-    DeviceArray<Bf16> d_x(x);
-    DeviceArray<float> d_logits(logits);
-    DeviceArray<Bf16> out(static_cast<size_t>(tokens) * shape.hidden);
-    DeviceArray<unsigned char> workspace(layer.runner->workspace_size(tokens));
-    workspace.fill_bytes(0xFF);
-    layer.runner->forward(reinterpret_cast<const __nv_bfloat16*>(d_x.get()), d_logits.get(),
-                          reinterpret_cast<__nv_bfloat16*>(out.get()), tokens, workspace.get(), workspace.size(),
-                          nullptr, &plan, ForwardPart::kFc1);
-    MXMOE_CUDA_OK(cudaDeviceSynchronize());
-    const auto bytes = workspace.to_host();
-    const auto sorted_pairs = copy_back(layer.runner->routing(workspace.get(), tokens).sorted_pairs, pairs);
-    const WorkspaceLayout layout = WorkspaceLayout::of(shape, shape.num_experts, tokens);
-    auto unpack = [&](size_t offset, int k, std::vector<uint8_t>& codes, std::vector<uint8_t>& scales) {
-      const size_t size = static_cast<size_t>(kernels::mxfp8_rows_bytes(pairs, k));
-      codes.resize(static_cast<size_t>(pairs) * k);
-      scales.resize(codes.size() / kMxBlock);
-      unpack_mxfp8_rows(std::span(bytes).subspan(offset, size), pairs, k, codes, scales);
-    };
+      DeviceArray<Bf16> d_x(x);
+      DeviceArray<float> d_logits(logits);
+      DeviceArray<Bf16> out(static_cast<size_t>(tokens) * shape.hidden);
+      DeviceArray<unsigned char> workspace(layer.runner->workspace_size(tokens));
+      workspace.fill_bytes(0xFF);
+      layer.runner->forward(reinterpret_cast<const __nv_bfloat16*>(d_x.get()), d_logits.get(),
+                            reinterpret_cast<__nv_bfloat16*>(out.get()), tokens, workspace.get(), workspace.size(),
+                            nullptr, &plan, ForwardPart::kFc1);
+      MXMOE_CUDA_OK(cudaDeviceSynchronize());
+      const auto bytes = workspace.to_host();
+      const auto sorted_pairs = copy_back(layer.runner->routing(workspace.get(), tokens).sorted_pairs, pairs);
+      const WorkspaceLayout layout = WorkspaceLayout::of(shape, shape.num_experts, tokens);
+      auto unpack = [&](size_t offset, int k, std::vector<uint8_t>& codes, std::vector<uint8_t>& scales) {
+        const size_t size = static_cast<size_t>(kernels::mxfp8_rows_bytes(pairs, k));
+        codes.resize(static_cast<size_t>(pairs) * k);
+        scales.resize(codes.size() / kMxBlock);
+        unpack_mxfp8_rows(std::span(bytes).subspan(offset, size), pairs, k, codes, scales);
+      };
+      // FP8 activations: each 128-block's codes name one scale.
+      auto expect_repeated_scales = [&](const std::vector<uint8_t>& scales, int k) {
+        if (format != ActivationFormat::kFp8) return;
+        const int blocks = k / kMxBlock;
+        for (int row = 0; row < pairs; ++row) {
+          for (int b = 0; b < blocks; ++b) {
+            ASSERT_EQ(scales[row * blocks + b], scales[row * blocks + b / 4 * 4]) << what << " row " << row << " block " << b;
+          }
+        }
+      };
 
-    std::vector<uint8_t> codes, scales;
-    unpack(layout.sorted_input, shape.hidden, codes, scales);
-    for (int row = 0; row < pairs; ++row) {
-      std::vector<float> token(shape.hidden);
-      for (int j = 0; j < shape.hidden; ++j) token[j] = bf16_to_float(x[(sorted_pairs[row] / shape.top_k) * shape.hidden + j]);
-      std::vector<uint8_t> expected_codes(shape.hidden), expected_scales(shape.hidden / kMxBlock);
-      quantize_mxfp8(token, expected_codes, expected_scales);
-      ASSERT_EQ(std::vector<uint8_t>(codes.begin() + row * shape.hidden, codes.begin() + (row + 1) * shape.hidden),
-                expected_codes)
-          << shape.describe() << " sorted row " << row;
-      ASSERT_EQ(std::vector<uint8_t>(scales.begin() + row * (shape.hidden / kMxBlock),
-                                     scales.begin() + (row + 1) * (shape.hidden / kMxBlock)),
-                expected_scales)
-          << shape.describe() << " sorted row " << row;
+      std::vector<uint8_t> codes, scales;
+      unpack(layout.sorted_input, shape.hidden, codes, scales);
+      expect_repeated_scales(scales, shape.hidden);
+      std::vector<float> decoded(codes.size());
+      dequantize_mxfp8(codes, scales, decoded);
+      for (int row = 0; row < pairs; ++row) {
+        std::vector<float> token(shape.hidden);
+        for (int j = 0; j < shape.hidden; ++j) token[j] = bf16_to_float(x[(sorted_pairs[row] / shape.top_k) * shape.hidden + j]);
+        if (format == kMxfp8) {
+          std::vector<uint8_t> expected_codes(shape.hidden), expected_scales(shape.hidden / kMxBlock);
+          quantize_mxfp8(token, expected_codes, expected_scales);
+          ASSERT_EQ(std::vector<uint8_t>(codes.begin() + row * shape.hidden, codes.begin() + (row + 1) * shape.hidden),
+                    expected_codes)
+              << what << " sorted row " << row;
+          ASSERT_EQ(std::vector<uint8_t>(scales.begin() + row * (shape.hidden / kMxBlock),
+                                         scales.begin() + (row + 1) * (shape.hidden / kMxBlock)),
+                    expected_scales)
+              << what << " sorted row " << row;
+        } else {
+          round_activation_rows(format, token, shape.hidden);
+          ASSERT_EQ(std::vector<float>(decoded.begin() + row * shape.hidden, decoded.begin() + (row + 1) * shape.hidden),
+                    token)
+              << what << " sorted row " << row;
+        }
+      }
+
+      unpack(layout.activation, shape.intermediate, codes, scales);
+      expect_repeated_scales(scales, shape.intermediate);
+      std::vector<float> got(codes.size());
+      dequantize_mxfp8(codes, scales, got);
+      std::vector<double> expected;
+      std::vector<float> got_pairs;
+      for (int row = 0; row < pairs; ++row) {
+        const float* a = ref.activation.data() + static_cast<size_t>(sorted_pairs[row]) * shape.intermediate;
+        expected.insert(expected.end(), a, a + shape.intermediate);
+        got_pairs.insert(got_pairs.end(), got.begin() + row * shape.intermediate,
+                         got.begin() + (row + 1) * shape.intermediate);
+      }
+      size_t differing = 0;
+      for (size_t i = 0; i < expected.size(); ++i) differing += got_pairs[i] != expected[i];
+      // ~1e-5 of the elements flip by one E4M3 step (6-12 %); a layout error moves them all.
+      EXPECT_LT(relative_error(got_pairs, expected), 2e-3) << what;
+      EXPECT_LT(differing, expected.size() / 1000 + 1) << what << ": elements off the reference's";
     }
-
-    unpack(layout.activation, shape.intermediate, codes, scales);
-    std::vector<float> got(codes.size());
-    dequantize_mxfp8(codes, scales, got);
-    std::vector<double> expected;
-    std::vector<float> got_pairs;
-    for (int row = 0; row < pairs; ++row) {
-      const float* a = ref.activation.data() + static_cast<size_t>(sorted_pairs[row]) * shape.intermediate;
-      expected.insert(expected.end(), a, a + shape.intermediate);
-      got_pairs.insert(got_pairs.end(), got.begin() + row * shape.intermediate,
-                       got.begin() + (row + 1) * shape.intermediate);
-    }
-    size_t differing = 0;
-    for (size_t i = 0; i < expected.size(); ++i) differing += got_pairs[i] != expected[i];
-    // ~1e-5 of the elements flip by one E4M3 step (6-12 %); a layout error moves them all.
-    EXPECT_LT(relative_error(got_pairs, expected), 2e-3) << shape.describe();
-    EXPECT_LT(differing, expected.size() / 1000 + 1) << shape.describe() << ": elements off the reference's";
   }
 }
 
@@ -269,15 +296,23 @@ TEST(GpuBlockScaledCheck, AWrongScalePlacementFailsAndTheLayerRunsInBf16) {
   expect_close(run_gpu(runner, x, tokens, &logits, nullptr).out,
                reference_forward_from_logits(layer.weights, x, tokens, logits).out, "after the fallback");
 
+  // Explicit block-scaled plans are refused, FP8 activations' too (their 256-row FC1 tactic is
+  // checked first, and fails).
   const Tactic t = parse_tactic(failed.tactic);
-  const LayerPlan explicit_plan{t, t, kMxfp8};
   DeviceArray<Bf16> d_x(x), out(x.size());
   DeviceArray<float> d_logits(logits);
   DeviceArray<unsigned char> workspace(runner.workspace_size(tokens));
-  EXPECT_THROW(runner.forward(reinterpret_cast<const __nv_bfloat16*>(d_x.get()), d_logits.get(),
-                              reinterpret_cast<__nv_bfloat16*>(out.get()), tokens, workspace.get(), workspace.size(),
-                              nullptr, &explicit_plan),
-               Error);
+  for (const LayerPlan& explicit_plan :
+       {LayerPlan{t, t, kMxfp8}, LayerPlan{parse_tactic("bsmma.r256x32.w4x1.s4.k1"), t, ActivationFormat::kFp8}}) {
+    try {
+      runner.forward(reinterpret_cast<const __nv_bfloat16*>(d_x.get()), d_logits.get(),
+                     reinterpret_cast<__nv_bfloat16*>(out.get()), tokens, workspace.get(), workspace.size(), nullptr,
+                     &explicit_plan);
+      ADD_FAILURE() << explicit_plan.fc1.name() << ": accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("failed its first-use check"), std::string::npos) << e.what();
+    }
+  }
 }
 
 }  // namespace
