@@ -16,6 +16,6 @@
 #include "jit/nvrtc_compiler.hpp"    // nvrtc_version
 #include "probe/ptx_probe.hpp"       // ptx_probes, run_probe
 #include "kernels/family_registry.hpp"  // kernel_families, family_by_prefix
-#include "tactics/heuristic.hpp"     // default_tactics
+#include "tactics/heuristic.hpp"     // default_tactics, multiplies_block_scaled
 #include "tactics/tuned_plans.hpp"   // TunedPlans
 #include "tactics/validate_plan.hpp" // validate_plan

@@ -40,7 +40,8 @@ constexpr OptionSpec kOptions[] = {
     {"json", "FILE", "also write every number as JSON"},
     {"plan", "FC1[,FC2]", "time this plan instead of the runner's (one whole-layer tactic names both stages)"},
     {"activations", "bf16|mxfp8|fp8",
-     "the runners' activations (default bf16; mxfp8: the block-scaled tiles; fp8: the bf16 families on rounded rows)"},
+     "the runners' activations (default bf16; mxfp8: the block-scaled tiles; fp8: the bf16 families on rounded rows,\n"
+     "on sm_120a / sm_121a the block-scaled tiles)"},
 };
 
 constexpr CommandSpec kSpec{
@@ -82,13 +83,14 @@ struct Row {
 };
 
 // --plan: "FC1,FC2", or one whole-layer tactic for both stages; the activations FC1's family takes,
-// or FP8 where the runners' are FP8 (the bf16 families on rounded rows).
+// or FP8 where the runners' are FP8 and FC1 can take them (the bf16 families on rounded rows, a
+// block-scaled tile of 256 rows).
 LayerPlan parse_plan(const std::string& text, ActivationFormat runner_activations) {
   const size_t comma = text.find(',');
   const Tactic fc1 = parse_tactic(text.substr(0, comma));
-  const ActivationFormat takes = activations_of(fc1);
+  const bool fp8 = runner_activations == ActivationFormat::kFp8 && fc1.family->why_no_fp8(fc1, Stage::kFc1).empty();
   return {fc1, comma == std::string::npos ? fc1 : parse_tactic(text.substr(comma + 1)),
-          runner_activations == ActivationFormat::kFp8 && takes == ActivationFormat::kBf16 ? runner_activations : takes};
+          fp8 ? ActivationFormat::kFp8 : activations_of(fc1)};
 }
 
 Row bench_tokens(const std::string& model, LayerRotation& rotation, int tokens, int replays, bool skewed,

@@ -30,7 +30,7 @@ constexpr OptionSpec kOptions[] = {
     {"check", "", "compare with a float64 evaluation and print the relative error"},
     {"activations", "bf16|mxfp8|fp8",
      "the activations' format in the expert GEMMs (default bf16; mxfp8: the block-scaled tiles; fp8: per-128\n"
-     "E4M3 as DeepSeek-V4 quantises them, on the CPU reference only)"},
+     "E4M3 as DeepSeek-V4 quantises them: the bf16 kernels on rounded rows, on sm_120a / sm_121a the block-scaled tiles)"},
     {"self-check", "", "with --activations mxfp8 on a GPU: run the block-scaled family's first-use check on any GPU"},
     {"scheme", "openai|hf|deepseek|deepseek-hf", "which names to read where a checkpoint holds the layer under several"},
     {"quantize-bf16-experts", "", "quantise a checkpoint's bf16 experts (a dequantised save) to MXFP4 on load"},

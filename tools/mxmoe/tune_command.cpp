@@ -28,7 +28,8 @@ constexpr OptionSpec kOptions[] = {
     {"layers", "N", "distinct layers rotated per timing (default 8, at least 8)"},
     {"replays", "N", "timed replays per candidate (default 10)"},
     {"activations", "bf16|mxfp8|fp8",
-     "tune the plans of this activation format (default bf16; mxfp8: the block-scaled tiles; fp8: the bf16 families)"},
+     "tune the plans of this activation format (default bf16; mxfp8: the block-scaled tiles; fp8: the bf16 families,\n"
+     "and on sm_120a / sm_121a the block-scaled tiles too)"},
 };
 
 constexpr CommandSpec kSpec{
@@ -117,13 +118,13 @@ int tune_command(std::span<const std::string> args) {
       try_plan(rotation, heuristic, replays, best);
       double heuristic_us = best.us;
       // The arch's tactics of the families that take these activations (FP8's: the bf16 families,
-      // on rows the runner rounds; validate_plan drops the whole-layer ones).
+      // on rows the runner rounds, and where the tensor cores apply block scales the block-scaled
+      // one; validate_plan drops the whole-layer ones and a block-scaled FC1 of 128 rows).
       std::vector<Tactic> tactics;
       for (const Tactic& t : valid_tactics(device.arch->name)) {
         const ActivationFormat takes = activations_of(t);
-        if (takes == options.activations || (options.activations == ActivationFormat::kFp8 && takes == ActivationFormat::kBf16)) {
-          tactics.push_back(t);
-        }
+        const bool fp8_takes = takes == ActivationFormat::kBf16 || multiplies_block_scaled(*device.arch);
+        if (options.activations == ActivationFormat::kFp8 ? fp8_takes : takes == options.activations) tactics.push_back(t);
       }
       // A plan that cannot take the shape (a GEMV-style ring past the shared memory at K = 7168, more K
       // splits than FC2 has K tiles) is left out, as the runner would refuse it.
