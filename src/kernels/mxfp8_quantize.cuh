@@ -112,12 +112,13 @@ __device__ __forceinline__ Mxfp8Share quantize_mxfp8_share(const float (&values)
 // 1e-4) / 448)) over the 16 lanes' 128-block (fp8_round_rows_kernel.cuh), code s + 127 in
 // [105, 246]; a block holding a NaN or an infinity NaN throughout (code 255). Elements past K are
 // zeros and do not move the block's max.
+// The two half-warps may hold different blocks (one NaN), so the code is selected, not branched
+// on: every lane reaches the packing's one shuffle.
 __device__ __forceinline__ Mxfp8Share quantize_fp8_share(const float (&values)[8]) {
   const unsigned amax_bits = group_amax_bits<16>(values);
-  if (amax_bits >= 0x7F800000u) return pack_mxfp8_share(values, 255u);
   const unsigned t_bits = __float_as_uint(fmaxf(__uint_as_float(amax_bits), 1e-4f) * (1.0f / 448.0f));
   const int scale_exponent = static_cast<int>(t_bits >> 23) - 127 + ((t_bits & 0x7FFFFFu) != 0 ? 1 : 0);
-  return pack_mxfp8_share(values, static_cast<unsigned>(scale_exponent + 127));
+  return pack_mxfp8_share(values, amax_bits >= 0x7F800000u ? 255u : static_cast<unsigned>(scale_exponent + 127));
 }
 
 // 8 bf16 (`values`: bf16 (2 j + 1):(2 j) in word j) widened exactly.

@@ -43,8 +43,9 @@ __global__ void block_scaled_probe_kernel(const unsigned char* records, const un
 }
 
 // One warp per row, 8 blocks (256 K) per step; quads past the row quantise zeros and store nothing.
+// With `fp8` each half-warp holds a 128-block.
 __global__ void mxfp8_quantize_probe_kernel(const unsigned short* x, int k, unsigned char* codes,
-                                            unsigned char* scales) {
+                                            unsigned char* scales, bool fp8) {
   const int row = blockIdx.x, lane = threadIdx.x, q = lane % 4;
   for (int first = 0; first < k; first += 8 * kernels::kScaleBlock) {
     const int block = first / kernels::kScaleBlock + lane / 4;
@@ -54,7 +55,7 @@ __global__ void mxfp8_quantize_probe_kernel(const unsigned short* x, int k, unsi
                                 : make_uint4(0, 0, 0, 0);
     float wide[8];
     kernels::widen_bf16x8(values, wide);
-    const kernels::Mxfp8Share share = kernels::quantize_mxfp8_share(wide);
+    const kernels::Mxfp8Share share = fp8 ? kernels::quantize_fp8_share(wide) : kernels::quantize_mxfp8_share(wide);
     if (!inside) continue;
     unsigned* out = reinterpret_cast<unsigned*>(codes + static_cast<long long>(row) * k + block * kernels::kScaleBlock);
     out[4 * (q / 2) + 2 * (q % 2)] = share.words[0];
@@ -66,8 +67,8 @@ __global__ void mxfp8_quantize_probe_kernel(const unsigned short* x, int k, unsi
 }  // namespace
 
 cudaError_t run_mxfp8_quantize_probe(const unsigned short* x, int rows, int k, unsigned char* codes,
-                                     unsigned char* scales) {
-  mxfp8_quantize_probe_kernel<<<rows, 32>>>(x, k, codes, scales);
+                                     unsigned char* scales, bool fp8) {
+  mxfp8_quantize_probe_kernel<<<rows, 32>>>(x, k, codes, scales, fp8);
   return cudaGetLastError();
 }
 

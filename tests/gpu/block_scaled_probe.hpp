@@ -15,8 +15,9 @@ cudaError_t run_block_scaled_probe(const unsigned char* records, int tiles, cons
                                    const unsigned char* token_scales, float* out, ProbeStep step);
 
 // Quantises `rows` bf16 rows of `k` (a multiple of 32) to MXFP8 with the GPU quantiser
-// (kernels/mxfp8_quantize.cuh): codes [rows][k], each block in MMA order, scales [rows][k / 32].
+// (kernels/mxfp8_quantize.cuh): codes [rows][k], each block in MMA order, scales [rows][k / 32];
+// with `fp8`, as FP8 activations (one scale per 128-block, in each of its 32-blocks' codes).
 cudaError_t run_mxfp8_quantize_probe(const unsigned short* x, int rows, int k, unsigned char* codes,
-                                     unsigned char* scales);
+                                     unsigned char* scales, bool fp8 = false);
 
 }  // namespace mxmoe::test

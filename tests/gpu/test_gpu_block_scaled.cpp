@@ -70,9 +70,7 @@ TEST(GpuBlockScaled, TheTwinsWrongScaleLanesGiveAnotherProduct) {
 // Rows of every kind of bf16: random bit patterns (blocks with NaN or infinity, zero and
 // subnormal elements, ties, elements far below their block's largest), and bounded-exponent and
 // unit-normal rows for fine rounding; K = 2880 leaves a partial step of the probe's 8 blocks.
-TEST(GpuMxfp8Quantize, MatchesTheCpuQuantiserBitForBit) {
-  MXMOE_REQUIRE_GPU();
-  const int rows = 6, k = 2880;
+std::vector<uint16_t> quantizer_rows(int rows, int k) {
   SplitMix64 rng(41);
   std::vector<uint16_t> x(static_cast<size_t>(rows) * k);
   for (int r = 0; r < rows; ++r) {
@@ -83,6 +81,13 @@ TEST(GpuMxfp8Quantize, MatchesTheCpuQuantiserBitForBit) {
       x[static_cast<size_t>(r) * k + j] = bits;
     }
   }
+  return x;
+}
+
+TEST(GpuMxfp8Quantize, MatchesTheCpuQuantiserBitForBit) {
+  MXMOE_REQUIRE_GPU();
+  const int rows = 6, k = 2880;
+  const std::vector<uint16_t> x = quantizer_rows(rows, k);
   test::DeviceArray<uint16_t> d_x(x);
   test::DeviceArray<unsigned char> codes(x.size()), scales(x.size() / kMxBlock);
   MXMOE_CUDA_OK(test::run_mxfp8_quantize_probe(reinterpret_cast<const unsigned short*>(d_x.get()), rows, k, codes.get(),
@@ -104,6 +109,44 @@ TEST(GpuMxfp8Quantize, MatchesTheCpuQuantiserBitForBit) {
           << "block " << block << " position " << p << " value "
           << values[block * kMxBlock + kernels::mma_order_k(p)];
     }
+  }
+  EXPECT_GT(nan_blocks, 0) << "the random rows should hold NaN and infinite blocks";
+}
+
+// The same rows as FP8 activations (quantize_fp8_share): each 128-block's four 32-blocks carry one
+// scale code, and the rows decode to the CPU's FP8 values (round_activation_rows), NaN where a
+// 128-block holds a NaN or an infinity; K = 2880 ends in a 64-wide 128-block. A warp's two halves
+// hold two 128-blocks, one of them often NaN: the quantiser must not diverge around its shuffle.
+TEST(GpuMxfp8Quantize, Fp8RowsDecodeToTheCpuRoundingWithOneScaleA128Block) {
+  MXMOE_REQUIRE_GPU();
+  const int rows = 6, k = 2880, blocks = k / kMxBlock;
+  const std::vector<uint16_t> x = quantizer_rows(rows, k);
+  test::DeviceArray<uint16_t> d_x(x);
+  test::DeviceArray<unsigned char> codes(x.size()), scales(x.size() / kMxBlock);
+  MXMOE_CUDA_OK(test::run_mxfp8_quantize_probe(reinterpret_cast<const unsigned short*>(d_x.get()), rows, k, codes.get(),
+                                               scales.get(), true));
+  MXMOE_CUDA_OK(cudaDeviceSynchronize());
+  const auto got_codes = codes.to_host();
+  const auto got_scales = scales.to_host();
+
+  std::vector<uint8_t> natural(got_codes.size());  // each block back in K order
+  for (size_t block = 0; block < got_scales.size(); ++block) {
+    for (int p = 0; p < kMxBlock; ++p) natural[block * kMxBlock + kernels::mma_order_k(p)] = got_codes[block * kMxBlock + p];
+  }
+  std::vector<float> got(x.size()), expected(x.size());
+  dequantize_mxfp8(natural, got_scales, got);
+  for (size_t i = 0; i < x.size(); ++i) expected[i] = bf16_to_float(Bf16{x[i]});
+  round_activation_rows(ActivationFormat::kFp8, expected, k);
+  int nan_blocks = 0;
+  for (int r = 0; r < rows; ++r) {
+    for (int b = 0; b < blocks; ++b) {
+      ASSERT_EQ(got_scales[r * blocks + b], got_scales[r * blocks + b / 4 * 4]) << "row " << r << " block " << b;
+      nan_blocks += b % 4 == 0 && got_scales[r * blocks + b] == kE8m0Nan;
+    }
+  }
+  for (size_t i = 0; i < x.size(); ++i) {
+    ASSERT_TRUE(std::isnan(expected[i]) ? std::isnan(got[i]) : got[i] == expected[i])
+        << "element " << i << ": " << got[i] << " against " << expected[i] << " (x " << bf16_to_float(Bf16{x[i]}) << ")";
   }
   EXPECT_GT(nan_blocks, 0) << "the random rows should hold NaN and infinite blocks";
 }
