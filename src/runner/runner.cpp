@@ -163,7 +163,8 @@ void MoeRunner::Impl::prepare(int max_tokens) const {
   std::unique_lock lock(launches_mutex);
   if (max_tokens <= launches.max_tokens()) return;
   // Block-scaled tactics are checked before any launch of them is made: a failure turns every
-  // later plan() to bf16 activations, so the loop ends at the first.
+  // later plan() to the bf16 families (bf16 activations, or FP8 ones on rounded rows), so the loop
+  // ends at the first.
   if (options.activations != ActivationFormat::kBf16) {
     std::set<std::string> checked;
     for (int t = 1; t <= max_tokens; ++t) {
