@@ -50,20 +50,22 @@ struct GivenTopK {
   const float* weights;
 };
 
-// When a runner checks the block-scaled tile family (MXFP8 activations) on its device before its
-// first use there: the family's SM12x form is an instruction no GPU lent to mxmoe's tests has run,
-// so on a 12.x device a runner that prepares an MXFP8-activation plan first runs one FC2 tile of
-// each block-scaled tactic it will launch against the bf16 mma tile on the same values; if they
-// disagree it warns once (naming the device and the tactic) and its plans fall back to bf16
-// activations on that device. kAlways runs the check on any device (on the others the family's
-// twin), as a test of the check itself (docs/block-scaled.md).
+// When a runner checks the block-scaled tile family (MXFP8 activations, and FP8 ones on a 12.x
+// device) on its device before its first use there: the family's SM12x form is an instruction no
+// GPU lent to mxmoe's tests has run, so on a 12.x device a runner that prepares a block-scaled plan
+// first runs one FC2 tile of each block-scaled tactic it will launch against the bf16 mma tile on
+// the same values; if they disagree it warns once (naming the device and the tactic) and its plans
+// fall back to the bf16 families on that device (bf16 activations, or FP8 ones on rounded rows).
+// kAlways runs the check on any device (on the others the family's twin), as a test of the check
+// itself (docs/block-scaled.md).
 enum class BlockScaledCheck { kOnSm12x, kAlways };
 
 struct RunnerOptions {
   // The activations of the runner's own plans (plan(), prepare(), forward() without a plan): bf16,
   // or MXFP8 (the block-scaled tiles), which costs accuracy (~5e-2 by norm at the gpt-oss shapes,
-  // docs/block-scaled.md) and is never chosen otherwise. FP8 (per-128 scales) is refused: only the
-  // CPU reference computes it so far.
+  // docs/block-scaled.md) and is never chosen otherwise, or FP8 (E4M3 with one power-of-two scale
+  // per 128 along K, DeepSeek-V4's own; ~4.5e-2): the bf16 families on rows rounded to FP8 values,
+  // on a 12.x device the block-scaled tiles.
   ActivationFormat activations = ActivationFormat::kBf16;
   BlockScaledCheck block_scaled_check = BlockScaledCheck::kOnSm12x;
   // Where the runner's weights (device_bytes()) and its load-time scratch come from; cudaMalloc
@@ -107,7 +109,7 @@ class MoeRunner {
   // The tactics forward() uses for `num_tokens` tokens when not given a plan: the tuned table's
   // (mxmoe tune) if this device has one for the shape and the options' activations, else the
   // heuristic's; bf16 activations where MXFP8 ones were asked for and the block-scaled family
-  // failed its check on this device. Host-only, no sync.
+  // failed its check on this device (FP8 ones then on the bf16 families). Host-only, no sync.
   LayerPlan plan(int num_tokens) const;
   LayerPlan heuristic_plan(int num_tokens) const;
   bool tuned() const;  // a tuned table was found for this device, shape and activations
