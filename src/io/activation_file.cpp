@@ -3,11 +3,12 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
-#include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "common/atomic_file.hpp"
 #include "common/printable.hpp"
+#include "common/read_file.hpp"
 #include "mxmoe/error.hpp"
 #include "mxmoe/safetensors.hpp"
 
@@ -93,11 +94,9 @@ ActivationInput read_safetensors_input(const std::string& path, int hidden, int 
 
 // .npy (format 1.0 to 3.0): magic, version, header length, a Python dict literal, the data.
 ActivationInput read_npy_input(const std::string& path, int hidden) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(printable(path) + ": cannot open");
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  const std::string bytes = buffer.str();
+  const std::optional<std::string> file = read_file(path);
+  if (!file) throw Error(printable(path) + ": cannot open");
+  const std::string& bytes = *file;
   const std::string where = printable(path);
   if (bytes.size() < 10 || bytes.compare(0, 6, "\x93NUMPY") != 0) throw Error(where + ": not a .npy file");
   const int major = static_cast<unsigned char>(bytes[6]);
