@@ -68,18 +68,13 @@ __device__ __forceinline__ void store_fc1_mxfp8(const ExpertGemmArgs& args, cons
       values[0] = low.x, values[1] = low.y, values[2] = low.z, values[3] = low.w;
       values[4] = high.x, values[5] = high.y, values[6] = high.z, values[7] = high.w;
     }
-    Mxfp8Share share;
-    if constexpr (kTileRows % 256 == 0) {
-      if (args.epilogue.swiglu.fp8_output) {
+    // validate_plan gives FP8 activations no FC1 tile of fewer than 256 rows.
+    const bool fp8 = kTileRows % 256 == 0 && args.epilogue.swiglu.fp8_output;
+    if (fp8) {
 #pragma unroll
-        for (int j = 0; j < 8; ++j) values[j] = bf16_bits_to_float(float_to_bf16_bits(values[j]));
-        share = quantize_fp8_share(values);
-      } else {
-        share = quantize_mxfp8_share(values);
-      }
-    } else {
-      share = quantize_mxfp8_share(values);  // validate_plan gives FP8 activations no 128-row FC1 tile
+      for (int j = 0; j < 8; ++j) values[j] = bf16_bits_to_float(float_to_bf16_bits(values[j]));
     }
+    const Mxfp8Share share = fp8 ? quantize_fp8_share(values) : quantize_mxfp8_share(values);
     if (item < kItems && token < tokens && block < 2 * out_k_tiles) store_mxfp8_share(out, first_row + token, block, share);
   }
 }
