@@ -34,9 +34,9 @@ struct RoutingView {
 // How far forward() goes: the whole layer, or (for measuring the stages inside a graph) the stages
 // up to and including one; a forward that stops early leaves `out` unwritten. A whole-layer plan runs
 // FC1, FC2 and the un-permute as one launch, so stopping after FC1 or FC2 runs the whole layer.
-// A small batch for which MoeRunner::routes_in_expert_kernels holds is routed inside FC1 and FC2, so
-// stopping after the routing launches nothing and leaves the routing buffers unwritten; they are
-// written by the time FC2 ends.
+// A small batch for which MoeRunner::routes_in_expert_kernels holds is routed inside FC1, so
+// stopping after the routing launches nothing and leaves the routing buffers unwritten; FC1 writes
+// them before FC2 starts.
 enum class ForwardPart { kRouting, kFc1, kFc2, kAll };
 
 // The caller's routing, for the engine form (MoeRunner::forward_experts): device pointers to
@@ -148,9 +148,10 @@ class MoeRunner {
   RoutingView routing(void* workspace, int num_tokens) const;
 
   // Whether forward() and forward_experts() of `num_tokens` tokens under `plan` run with no routing
-  // launch, FC1 and FC2 routing the batch themselves (from the logits or the caller's top-k, a
-  // shard's through its map): a batch that can (can_route_in_expert_kernels) and whose FC1 grid is
-  // resident at once on this device. Host-only; loads the plan's kernels to ask.
+  // launch, FC1 routing the batch itself (from the logits or the caller's top-k, a shard's through
+  // its map) and writing the routing for FC2 and the un-permute: a batch that can
+  // (can_route_in_expert_kernels) and whose FC1 grid is resident at once on this device. Host-only;
+  // loads the plan's kernels to ask.
   bool routes_in_expert_kernels(const LayerPlan& plan, int num_tokens) const;
 
  private:

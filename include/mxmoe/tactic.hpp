@@ -62,8 +62,8 @@ struct LayerPlan {
   bool operator==(const LayerPlan&) const = default;
 };
 
-// Whether a layer of `num_tokens` tokens at top-k `top_k` may run with no routing launch, its
-// expert kernels routing the batch themselves: both tactics' families can, and the batch is small
+// Whether a layer of `num_tokens` tokens at top-k `top_k` may run with no routing launch, FC1
+// routing the batch itself for the whole layer: both tactics' families can, and the batch is small
 // enough for one warp to permute (32 pairs: T <= 8 at top-4). MoeRunner::routes_in_expert_kernels
 // decides, from this and the device.
 bool can_route_in_expert_kernels(const LayerPlan& plan, int num_tokens, int top_k);

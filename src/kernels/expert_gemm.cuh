@@ -253,9 +253,9 @@ __device__ __forceinline__ GemvWork gemv_work(const ExpertGemmArgs& args, int sl
 // its warps, or the caller's top-k through the map to local experts), then warp 0 gives every
 // pair its sorted row (pairs of lower experts, then of its own expert from lower lanes) and finds
 // the CTA's expert, active slot `slot`. `args.sorted_pairs` is pointed at the shared copy. With
-// `write_workspace` the CTA's last warp also writes the whole routing to args.route, for the
-// caller. This buys the layer no routing launch, and no global round trip between the routing's
-// inputs and the first weight load.
+// `write_workspace` the CTA's last warp also writes the whole routing to args.route (and fences
+// it), for FC2, the un-permute and the caller. This buys the layer no routing launch, and no global
+// round trip between the routing's inputs and the first weight load.
 // Budget: T R 4 bytes of logits from L2 per CTA (or 8-12 bytes a pair of the caller's top-k); per
 // token k rounds of R / (32 x its warps) compares, and k rounds over its warps' candidates; 32
 // shuffles.
@@ -278,6 +278,7 @@ __device__ __forceinline__ GemvWork route_small_batch_in_cta(ExpertGemmArgs& arg
   if (write_workspace && warp == warps - 1) {
     permute_small_batch(pair_experts, pairs, args.num_experts, counts, counts + args.num_experts, args.route);
     for (int i = lane; i < pairs; i += 32) args.route.topk_weights[i] = pair_weights[i];
+    __threadfence();  // visible to every later reader before the CTA lets a dependent grid launch
   }
   __syncthreads();
   args.sorted_pairs = sorted_pairs;

@@ -56,11 +56,11 @@ struct ExpertGemmArgs {
   const int* tile_offsets;    // [E + 1] for the kernel's token-tile size (tiled and stream-K families)
   void* output;               // FC1: bf16 [pairs, rows / 2]; FC2: fp32 [k_split][pairs, rows], or bf16
   StageEpilogue epilogue;
-  // 1: a GEMV plan's batch of at most kSmallBatchPairs pairs routes itself, with no routing kernel:
-  // every CTA computes its part of the routing in shared memory from the layer's RouteInput (the
-  // router logits or the caller's top-k; LayerArgs::source, a kernel argument of its own;
-  // expert_gemm.cuh; the un-permute does the same), and FC2's CTA (0, 0, 0) writes the whole of it
-  // to `route` for the caller (MoeRunner::routing). 0: the routing kernel's buffers above.
+  // 1 (FC1 only): a GEMV plan's batch of at most kSmallBatchPairs pairs routes itself, with no
+  // routing kernel: every CTA computes its part of the routing in shared memory from the layer's
+  // RouteInput (the router logits or the caller's top-k; LayerArgs::source, a kernel argument of its
+  // own; expert_gemm.cuh), and CTA (0, 0, 0) writes the whole of it to `route` before it lets FC2
+  // launch, for FC2, the un-permute and the caller (MoeRunner::routing). 0: the routing in `route`.
   int routes_itself;
   int num_tokens;
   RouteBuffers route;

@@ -156,18 +156,21 @@ __device__ __forceinline__ void gemv_columns(const ExpertGemmArgs& args, const G
 template <int kColumns, int kWarpsK, int kTokens, bool kFc1, int kUnroll>
 __global__ void __launch_bounds__(kColumns * kWarpsK * 32, (kGemvMinBlocks<kColumns, kWarpsK, kUnroll>))
     expert_gemv_kernel(ExpertGemmArgs args, int k_split, RouteInput source) {
+  // A batch that routes itself does so in FC1, whose CTA (0, 0, 0) also writes the routing to
+  // args.route and only then lets FC2 launch, so that FC2 and the un-permute read it as a routing
+  // kernel's, with no routing of their own.
+  const bool publishes = kFc1 && args.routes_itself && blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0;
   if constexpr (kFc1) {
     wait_for_prerequisite_grids();  // the routing; for a batch that routes itself, its logits or top-k
-    allow_dependent_grids();
+    if (!publishes) allow_dependent_grids();
   }
   ExpertGemmArgs routed = args;
   GemvWork w;
-  if (args.routes_itself) {  // FC2 too reads the routing's inputs before its wait: FC1 waited on their writer
+  if (args.routes_itself) {
     const int own_bytes = gemv_smem_bytes(kTokens, args.staged_rows, args.k_tiles, k_split, kColumns, kWarpsK);
-    // FC2's first CTA writes the routing for the caller: it starts while FC1 streams.
-    const bool writes = !kFc1 && blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0;
-    w = route_small_batch_in_cta(routed, source, dynamic_smem() + small_route_offset(own_bytes), blockIdx.y, writes,
+    w = route_small_batch_in_cta(routed, source, dynamic_smem() + small_route_offset(own_bytes), blockIdx.y, publishes,
                                  blockIdx.z, k_split);
+    if (publishes) allow_dependent_grids();  // after the routing's writes and their fence
   } else {
     w = gemv_work(args, blockIdx.y, blockIdx.z, k_split);
   }

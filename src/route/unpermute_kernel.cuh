@@ -6,7 +6,8 @@
 
 #include <cuda_bf16.h>
 
-#include "route/small_batch_routing.cuh"
+#include "kernels/device_utils.cuh"
+#include "route/route_buffers.hpp"
 
 namespace mxmoe::kernels {
 
@@ -16,36 +17,24 @@ constexpr int kUnpermuteSlots = 32;     // slots whose rows and weights are stag
 
 // Budget: reads top_k x splits fp32 rows (or top_k bf16 rows) of H per token, writes H bf16; bandwidth-bound, small
 // beside the expert weights at decode, where it is a latency term. The token's rows and weights
-// are staged before the wait on FC2 (the routing was complete before FC1 began), so that after it
-// every slot's row loads can be in flight at once. A small batch that routed itself in FC1 and FC2
-// (`routes_itself`) is routed again here, from `source`, also before the wait.
+// are staged before the wait on FC2 (the routing was complete before FC2 began: a routing kernel's,
+// or the one FC1's first CTA writes for a batch that routes itself), so that after it every slot's
+// row loads can be in flight at once.
 __global__ void __launch_bounds__(kUnpermuteThreads)
     unpermute_kernel(const void* y, int bf16_rows, long long split_stride, int k_split, int hidden, int top_k,
-                     RouteBuffers route, __nv_bfloat16* out, int routes_itself, RouteInput source, int num_tokens) {
+                     RouteBuffers route, __nv_bfloat16* out) {
   __shared__ int rows[kUnpermuteSlots];
   __shared__ float weights[kUnpermuteSlots];
   const int token = blockIdx.x;
   const int column = 8 * (blockIdx.y * kUnpermuteThreads + threadIdx.x);
-  auto stage_slots = [&](const int* pair_rows, const float* pair_weights, int first, int slots) {
+  auto stage_slots = [&](int first, int slots) {
     if (static_cast<int>(threadIdx.x) < slots) {
       const int pair = token * top_k + first + threadIdx.x;
-      rows[threadIdx.x] = pair_rows[pair];
-      weights[threadIdx.x] = pair_weights[pair];
+      rows[threadIdx.x] = route.pair_rows[pair];
+      weights[threadIdx.x] = route.topk_weights[pair];
     }
   };
-  if (routes_itself) {  // at most kSmallBatchPairs pairs, so one chunk of slots
-    __shared__ int pair_experts[kSmallBatchPairs], pair_rows[kSmallBatchPairs];
-    __shared__ float pair_weights[kSmallBatchPairs];
-    __shared__ uint2 candidates[kUnpermuteThreads / 32 * 8];  // select_scratch_bytes for top-8
-    const int warp = threadIdx.x / 32;
-    select_batch_pairs(source, num_tokens, top_k, pair_experts, pair_weights, candidates);
-    __syncthreads();
-    if (warp == 0) rank_small_batch(pair_experts, num_tokens * top_k, -1, pair_rows, nullptr, nullptr);
-    __syncthreads();
-    stage_slots(pair_rows, pair_weights, 0, top_k);
-  } else {
-    stage_slots(route.pair_rows, route.topk_weights, 0, min(kUnpermuteSlots, top_k));
-  }
+  stage_slots(0, min(kUnpermuteSlots, top_k));
   __syncthreads();
   wait_for_prerequisite_grids();  // FC2's partial outputs
   allow_dependent_grids();
@@ -54,7 +43,7 @@ __global__ void __launch_bounds__(kUnpermuteThreads)
     const int slots = min(kUnpermuteSlots, top_k - first);
     if (first > 0) {
       __syncthreads();  // the previous chunk's rows are read
-      stage_slots(route.pair_rows, route.topk_weights, first, slots);
+      stage_slots(first, slots);
       __syncthreads();
     }
     if (column >= hidden) continue;

@@ -16,7 +16,7 @@ LayerLaunch make_layer_launch(const MoeShape& shape, const Arch& arch, const Lay
   const ExpertKernels &fc1_kernels = expert_kernels(plan.fc1), &fc2_kernels = expert_kernels(plan.fc2);
   const StageShape fc1{shape, Stage::kFc1}, fc2{shape, Stage::kFc2};
 
-  // A small batch routes itself in FC1 and FC2 only where FC1's CTAs are all resident at once: a
+  // A small batch routes itself in FC1 only where FC1's CTAs are all resident at once: a
   // CTA of a later wave would pay the routing before its first load, while the streaming CTAs wait
   // on its issue slots (docs/performance.md, "The heuristic's decisions"). They route from the
   // router logits as the layer's router does, or from the caller's top-k, through an
@@ -36,7 +36,8 @@ LayerLaunch make_layer_launch(const MoeShape& shape, const Arch& arch, const Lay
     return ExpertLaunch{.stage = stage.stage,
                         .tactic = t,
                         .kernel = kernel,
-                        .geometry = t.family->geometry(t, stage, num_tokens, routes_itself, kernel),
+                        .geometry = t.family->geometry(t, stage, num_tokens,
+                                                       routes_itself && stage.stage == Stage::kFc1, kernel),
                         .what = std::move(what) + " " + t.name() + " launch"};
   };
   if (fc1_family.whole_layer()) {

@@ -91,12 +91,10 @@ void launch_fp8_round_rows(const __nv_bfloat16* in, __nv_bfloat16* out, int row_
 }
 
 void launch_unpermute(const void* expert_out, bool bf16_rows, long long split_stride, int k_split, int hidden, int top_k,
-                      int num_tokens, const kernels::RouteBuffers& route, __nv_bfloat16* out, bool routes_itself,
-                      const kernels::RouteInput& source, cudaStream_t stream) {
+                      int num_tokens, const kernels::RouteBuffers& route, __nv_bfloat16* out, cudaStream_t stream) {
   kernels::RouteBuffers r = route;
-  kernels::RouteInput in = source;
-  int bf16 = bf16_rows, routes = routes_itself;
-  void* args[] = {&expert_out, &bf16, &split_stride, &k_split, &hidden, &top_k, &r, &out, &routes, &in, &num_tokens};
+  int bf16 = bf16_rows;
+  void* args[] = {&expert_out, &bf16, &split_stride, &k_split, &hidden, &top_k, &r, &out};
   launch(reinterpret_cast<const void*>(kernels::unpermute_kernel),
          dim3(static_cast<unsigned>(num_tokens), blocks(hidden, 8 * kernels::kUnpermuteThreads)),
          dim3(kernels::kUnpermuteThreads), args, 0, stream, "un-permute launch");

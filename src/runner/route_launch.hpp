@@ -30,11 +30,9 @@ void launch_gather_quantize_rows(const __nv_bfloat16* x, int hidden, int top_k, 
 void launch_fp8_round_rows(const __nv_bfloat16* in, __nv_bfloat16* out, int row_length, long long rows,
                            const int* row_count, cudaStream_t stream);
 // `expert_out`: FC2's fp32 partials, k_split of them split_stride apart, or with `bf16_rows` its
-// bf16 rows (one split). `routes_itself`: the batch routed itself in FC1 and FC2
-// (LayerLaunch::routing_launch is false), so the un-permute routes it again from `source`; false:
-// it reads `route`.
+// bf16 rows (one split); the pairs' rows and weights from `route` (a routing kernel's, or FC1's
+// for a batch that routes itself).
 void launch_unpermute(const void* expert_out, bool bf16_rows, long long split_stride, int k_split, int hidden, int top_k,
-                      int num_tokens, const kernels::RouteBuffers& route, __nv_bfloat16* out, bool routes_itself,
-                      const kernels::RouteInput& source, cudaStream_t stream);
+                      int num_tokens, const kernels::RouteBuffers& route, __nv_bfloat16* out, cudaStream_t stream);
 
 }  // namespace mxmoe

@@ -220,13 +220,12 @@ void MoeRunner::Impl::run(const __nv_bfloat16* x, const kernels::RouteInput& in,
 
   // FP8 activations: the bf16 families compute with rows rounded to FP8 values, FC1's input here
   // (the gathered rows in place, or x into expert_out's bytes, which FC2 writes only after its wait
-  // for FC1), FC2's after FC1. Rows past the routing's count are left alone; a batch that routes
-  // itself has no count before FC2, and every one of its pairs has a row. The block-scaled family
+  // for FC1), FC2's after FC1. Rows past the routing's count are left alone. The block-scaled family
   // takes them as MXFP8 rows of one scale per 128, from its quantising gather and FC1's epilogue.
   const bool fp8 = launch.plan.activations == ActivationFormat::kFp8;
   const bool mxfp8_rows = activations_of(launch.plan.fc1) == ActivationFormat::kMxfp8;
   const bool rounded_rows = fp8 && !mxfp8_rows;
-  const int* sorted_rows = launch.routing_launch ? route.expert_offsets + shape.num_experts : nullptr;
+  const int* sorted_rows = route.expert_offsets + shape.num_experts;
   const void* fc1_input = x;
   if (launch.gather_launch) {
     void* sorted_input = ws + layout.sorted_input;
@@ -249,6 +248,8 @@ void MoeRunner::Impl::run(const __nv_bfloat16* x, const kernels::RouteInput& in,
   // FC2 in one K split as a launch of its own writes its final rows in bf16 (the fused layer sums
   // its own fp32 rows).
   const bool fc2_bf16 = launch.plan.fc2.k_split == 1 && !launch.plan.whole_layer();
+  // A batch with no routing launch routes itself in FC1, which writes the routing for FC2, the
+  // un-permute and the caller (expert_gemv.cuh).
   const int routes_itself = launch.routing_launch ? 0 : 1;
   auto tile_offsets = [&](int stage) {
     return route.tile_offsets + launch.tile_offsets_index[stage] * (shape.num_experts + 1);
@@ -289,7 +290,7 @@ void MoeRunner::Impl::run(const __nv_bfloat16* x, const kernels::RouteInput& in,
               .tile_offsets = tile_offsets(1),
               .output = expert_out,
               .epilogue = {.fc2 = {.split_stride = split_stride, .output_bf16 = fc2_bf16}},
-              .routes_itself = routes_itself,
+              .routes_itself = 0,
               .num_tokens = num_tokens,
               .route = route,
               .stream_partials = layout.stream_partials_of(workspace, 1),
@@ -312,7 +313,7 @@ void MoeRunner::Impl::run(const __nv_bfloat16* x, const kernels::RouteInput& in,
   }
   if (!launch.unpermute_launch) return;
   launch_unpermute(expert_out, fc2_bf16, split_stride, launch.plan.fc2.k_split, shape.hidden, shape.top_k, num_tokens,
-                   route, out, routes_itself != 0, in, stream);
+                   route, out, stream);
 }
 
 namespace {

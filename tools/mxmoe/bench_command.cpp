@@ -76,7 +76,7 @@ struct Row {
   double heuristic_us = 0;  // --compare: the heuristic plan's time (0 when not measured)
   // --breakdown: in-graph time of each stage (prefix differences), 0 when not measured
   // A whole-layer plan has one stage after the routing (FC1 + FC2 + un-permute): in fc1_us, the rest 0.
-  // A batch that routes itself in FC1 and FC2 (MoeRunner::routes_in_expert_kernels) has no routing
+  // A batch that routes itself in FC1 (MoeRunner::routes_in_expert_kernels) has no routing
   // stage: its routing time is in fc1_us, and routing_us is 0.
   double routing_us = 0, fc1_us = 0, fc2_us = 0, unpermute_us = 0;
   bool whole_layer = false, routing_in_fc1 = false;
