@@ -59,7 +59,12 @@ class DeviceArray {
     cudaMemcpy(host.data(), ptr_, count_ * sizeof(T), cudaMemcpyDeviceToHost);
     return host;
   }
-  void fill_bytes(int value) { cudaMemset(ptr_, value, count_ * sizeof(T)); }
+  // Done when it returns: cudaMemset of device memory may return first, on the legacy stream, which
+  // work on a non-blocking stream (a graph replay) does not wait for.
+  void fill_bytes(int value) {
+    cudaMemset(ptr_, value, count_ * sizeof(T));
+    cudaDeviceSynchronize();
+  }
 
  private:
   void* ptr_ = nullptr;
