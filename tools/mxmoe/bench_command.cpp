@@ -208,7 +208,7 @@ void print_breakdown(const std::vector<Row>& rows, const Ceilings& c) {
   if (std::none_of(rows.begin(), rows.end(), [](const Row& r) { return r.fc1_us > 0; })) return;
   std::printf("\nbreakdown (in-graph, per layer): stage us, and for FC1/FC2 the touched experts' bytes over the stage's time;\n"
               "a whole-layer plan's FC1 column is its one launch (FC1 + FC2 + un-permute) over both stages' bytes;\n"
-              "routing 'in FC1': a small batch under a GEMV plan, routed by FC1 and FC2 themselves\n");
+              "routing 'in FC1': a small batch under a GEMV plan, routed by FC1 itself\n");
   std::printf("%-13s %5s %9s %9s %14s %14s %10s %9s %7s\n", "model", "T", "routing", "FC1", "FC1 TB/s", "FC2 TB/s", "FC2",
               "unpermute", "floor");
   for (const auto& r : rows) {
