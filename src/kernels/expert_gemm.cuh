@@ -43,6 +43,7 @@ constexpr int small_route_bytes(int num_experts, int warps, int top_k) {
 
 #if defined(__CUDACC__)
 #include "kernels/device_utils.cuh"
+#include "kernels/fp8_rounding.cuh"
 #include "route/small_batch_routing.cuh"
 
 namespace mxmoe::kernels {
@@ -305,9 +306,11 @@ struct GemvStaging {
 // caller synchronises before reading. The rows' sources are looked up once into `source_rows`
 // (one round trip), then every 16-byte chunk is a cp.async with no register dependency, so the
 // staging costs about two L2 round trips however long K is (a load-store loop costs one per chunk
-// a thread handles).
+// a thread handles). With `round_fp8` the staged rows are then rounded to FP8 activations' values
+// (kernels/fp8_rounding.cuh; the work's K range must be the whole of K or cut at multiples of 128).
 __device__ __forceinline__ void stage_token_rows(const ExpertGemmArgs& args, const GemvWork& w, int pass, int tokens,
-                                                 long long* source_rows, unsigned short* staged, bool fc1) {
+                                                 long long* source_rows, unsigned short* staged, bool fc1,
+                                                 bool round_fp8) {
   const int r = threadIdx.x;
   if (r < args.staged_rows) {  // the element offset of the row's input; -1: zeros
     source_rows[r] = r < tokens ? input_row(args, w.first_row + pass + r, fc1) * args.k : -1;
@@ -323,6 +326,10 @@ __device__ __forceinline__ void stage_token_rows(const ExpertGemmArgs& args, con
   }
   cp_async_commit();
   cp_async_wait<0>();
+  if (round_fp8) {
+    __syncthreads();  // every thread's chunks are in
+    round_staged_rows_to_fp8(staged, tokens, w.row_stride, w.k_len);
+  }
 }
 
 // This lane's ldmatrix row addresses (shared window, at K offset 0) in each 8-token tile of `staged`:
@@ -367,13 +374,18 @@ __device__ __forceinline__ void mma_record(float (&acc)[4], const unsigned (&a)[
 }
 
 // One record of a GEMV-style warp: this lane's share (16 value bytes, its quad's scale word)
-// dequantised, times every 8-token tile's B fragments at the record's K. `record` counts records
-// from the first K of the staged rows.
+// dequantised (by one multiply where `one_multiply`: scale_codes_take_one_multiply holds for it),
+// times every 8-token tile's B fragments at the record's K. `record` counts records from the first
+// K of the staged rows.
 template <int kTokens>
 __device__ __forceinline__ void multiply_record(float (&acc)[kTokens / 8][4], uint4 values, unsigned scale_word,
-                                                const unsigned (&b_rows)[kTokens / 8], int record) {
+                                                const unsigned (&b_rows)[kTokens / 8], int record, bool one_multiply) {
   unsigned a[4][4];
-  dequantize_record(values, scale_word, a);
+  if (one_multiply) {
+    dequantize_record_one_multiply(values, scale_word, a);
+  } else {
+    dequantize_record_two_multiplies(values, scale_word, a);
+  }
 #pragma unroll
   for (int t = 0; t < kTokens / 8; ++t) {
     unsigned b[8];

@@ -70,6 +70,13 @@ struct ExpertGemmArgs {
   int* stream_flags;
 };
 
+// What a GEMV-style kernel (the gemv and sk families) takes beside its stage's ExpertGemmArgs, as
+// a kernel argument of its own (LayerArgs says why not in ExpertGemmArgs).
+struct GemvOptions {
+  int scales_one_multiply;  // LayerArgs::scales_one_multiply of the stage
+  int round_fp8;            // LayerArgs::rounds_staged_fp8 of the stage
+};
+
 // The stream-K GEMV runs at most this many CTAs (one per SM); the workspace holds per stage that
 // many flags, after the fused layer's schedule, and partial sums of up to kMaxStreamThreads x 16
 // tokens / 2 floats each.
@@ -92,6 +99,10 @@ struct LayerArgs {
   // 0 where some does not, or it is not known. (Not in ExpertGemmArgs: the fused layer copies
   // those to shared memory, and one more word there makes ptxas spill its sm_120a FC1 loop.)
   int scales_one_multiply[2];
+  // Per stage: 1 where the stage's kernel rounds the token rows it stages to FP8 activations' values
+  // (ActivationFormat::kFp8, kernels/fp8_rounding.cuh) in place of a rounding launch before it
+  // (KernelFamily::rounds_fp8_when_staging).
+  int rounds_staged_fp8[2];
   // Where a batch that routes itself (ExpertGemmArgs::routes_itself) takes its routing from: the
   // router logits and the layer's router, or the caller's top-k, and the map to local experts. The
   // GEMV takes it as a kernel argument of its own. (Not in ExpertGemmArgs: four words more there

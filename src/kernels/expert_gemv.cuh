@@ -59,27 +59,39 @@ struct RecordBatch {
   }
 };
 
-template <int kTokens, int kUnroll>
+template <int kTokens, bool kOneMultiply, int kUnroll>
 __device__ __forceinline__ void multiply_batch(float (&acc)[kTokens / 8][4], const RecordBatch<kUnroll>& batch, int first,
                                                int end, const unsigned (&b_rows)[kTokens / 8]) {
 #pragma unroll
   for (int u = 0; u < kUnroll; ++u) {
-    if (first + u < end) multiply_record<kTokens>(acc, batch.values[u], batch.scales[u], b_rows, first + u);
+    if (first + u < end) multiply_record<kTokens>(acc, batch.values[u], batch.scales[u], b_rows, first + u, kOneMultiply);
+  }
+}
+
+template <int kTokens, bool kOneMultiply, int kUnroll>
+__device__ __forceinline__ void stream_records_of(float (&acc)[kTokens / 8][4], RecordBatch<kUnroll>& batch_a,
+                                                  RecordBatch<kUnroll>& batch_b, const unsigned char* column, int first,
+                                                  int end, const unsigned (&b_rows)[kTokens / 8]) {
+  const int lane = threadIdx.x % 32;
+  for (int i = first; i < end; i += 2 * kUnroll) {
+    batch_b.load(column, i + kUnroll, end, true, lane);
+    multiply_batch<kTokens, kOneMultiply>(acc, batch_a, i, end, b_rows);
+    batch_a.load(column, i + 2 * kUnroll, end, true, lane);
+    multiply_batch<kTokens, kOneMultiply>(acc, batch_b, i + kUnroll, end, b_rows);
   }
 }
 
 // A warp's records [first, end) of `column` into `acc`, two batches in flight; `batch_a` holds the
-// first batch's loads already.
+// first batch's loads already. `one_multiply`: every scale code of the matrix takes one multiply
+// (GemvOptions); a loop of its own for each case, so that no record's scales are tested.
 template <int kTokens, int kUnroll>
 __device__ __forceinline__ void stream_records(float (&acc)[kTokens / 8][4], RecordBatch<kUnroll>& batch_a,
                                                RecordBatch<kUnroll>& batch_b, const unsigned char* column, int first,
-                                               int end, const unsigned (&b_rows)[kTokens / 8]) {
-  const int lane = threadIdx.x % 32;
-  for (int i = first; i < end; i += 2 * kUnroll) {
-    batch_b.load(column, i + kUnroll, end, true, lane);
-    multiply_batch<kTokens>(acc, batch_a, i, end, b_rows);
-    batch_a.load(column, i + 2 * kUnroll, end, true, lane);
-    multiply_batch<kTokens>(acc, batch_b, i + kUnroll, end, b_rows);
+                                               int end, const unsigned (&b_rows)[kTokens / 8], bool one_multiply) {
+  if (one_multiply) {
+    stream_records_of<kTokens, true>(acc, batch_a, batch_b, column, first, end, b_rows);
+  } else {
+    stream_records_of<kTokens, false>(acc, batch_a, batch_b, column, first, end, b_rows);
   }
 }
 
@@ -94,7 +106,7 @@ constexpr int kGemvMinBlocks = kUnroll <= 2 && 768 / (kColumns * kWarpsK * 32) >
 // to read the inputs (the standalone FC2 waits on FC1 there, the fused layer on its counters).
 template <int kColumns, int kWarpsK, int kTokens, int kUnroll, typename InputsReady>
 __device__ __forceinline__ void gemv_columns(const ExpertGemmArgs& args, const GemvWork& w, int group, int split,
-                                             bool fc1, InputsReady inputs_ready) {
+                                             bool fc1, GemvOptions options, InputsReady inputs_ready) {
   static_assert(kTokens == 8 || kTokens == 16, "8 or 16 tokens per pass");
   constexpr int kAccumulators = kTokens / 8 * 4;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -119,11 +131,14 @@ __device__ __forceinline__ void gemv_columns(const ExpertGemmArgs& args, const G
       __syncthreads();  // the previous pass's MMAs and sums are done with the staged rows and `partial`
       batch_a.load(column, first_record, end_record, streams, lane);
     }
-    stage_token_rows(args, w, pass, tokens, staging.source_rows, staging.rows, fc1);
+    stage_token_rows(args, w, pass, tokens, staging.source_rows, staging.rows, fc1, options.round_fp8 != 0);
     __syncthreads();
 
     float acc[kTokens / 8][4] = {};
-    if (streams) stream_records<kTokens>(acc, batch_a, batch_b, column, first_record, end_record, b_rows);
+    if (streams) {
+      stream_records<kTokens>(acc, batch_a, batch_b, column, first_record, end_record, b_rows,
+                              options.scales_one_multiply != 0);
+    }
     if constexpr (kWarpsK > 1) {
       float* mine = partial + ((k_part - 1) * kColumns + column_in_cta) * 32 * kAccumulators + lane * kAccumulators;
       if (k_part > 0) {
@@ -155,7 +170,7 @@ __device__ __forceinline__ void gemv_columns(const ExpertGemmArgs& args, const G
 
 template <int kColumns, int kWarpsK, int kTokens, bool kFc1, int kUnroll>
 __global__ void __launch_bounds__(kColumns * kWarpsK * 32, (kGemvMinBlocks<kColumns, kWarpsK, kUnroll>))
-    expert_gemv_kernel(ExpertGemmArgs args, int k_split, RouteInput source) {
+    expert_gemv_kernel(ExpertGemmArgs args, int k_split, RouteInput source, GemvOptions options) {
   // A batch that routes itself does so in FC1, whose CTA (0, 0, 0) also writes the routing to
   // args.route and only then lets FC2 launch, so that FC2 and the un-permute read it as a routing
   // kernel's, with no routing of their own.
@@ -175,7 +190,7 @@ __global__ void __launch_bounds__(kColumns * kWarpsK * 32, (kGemvMinBlocks<kColu
     w = gemv_work(args, blockIdx.y, blockIdx.z, k_split);
   }
   if (w.expert < 0) return;
-  gemv_columns<kColumns, kWarpsK, kTokens, kUnroll>(routed, w, blockIdx.x, blockIdx.z, kFc1, [] {
+  gemv_columns<kColumns, kWarpsK, kTokens, kUnroll>(routed, w, blockIdx.x, blockIdx.z, kFc1, options, [] {
     if constexpr (!kFc1) {
       wait_for_prerequisite_grids();  // FC1's activations
       allow_dependent_grids();

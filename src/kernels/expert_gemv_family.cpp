@@ -42,6 +42,8 @@ class GemvFamily final : public KernelFamily {
   }
 
   bool routes_small_batches() const override { return true; }
+  // With one K split a CTA stages the whole of K.
+  bool rounds_fp8_when_staging(const Tactic& t, int) const override { return t.k_split == 1; }
 
   int smem_bytes(const Tactic& t, const StageShape& shape, int staged_rows, bool routes_itself) const override {
     const int own =
@@ -67,12 +69,14 @@ class GemvFamily final : public KernelFamily {
     return g;
   }
 
-  // The kernel takes the routing's source beside its stage's arguments (a batch routes itself).
+  // The kernel takes the routing's source (a batch routes itself) and its GemvOptions beside its
+  // stage's arguments.
   void launch(const ExpertLaunch& l, const kernels::LayerArgs& args, cudaStream_t stream) const override {
     kernels::ExpertGemmArgs stage_args = stage_arguments(l, args);
     int k_split = l.tactic.k_split;
     kernels::RouteInput source = args.source;
-    void* params[] = {&stage_args, &k_split, &source};
+    kernels::GemvOptions options = gemv_options(l, args);
+    void* params[] = {&stage_args, &k_split, &source, &options};
     launch_kernel(l, params, stream);
   }
 

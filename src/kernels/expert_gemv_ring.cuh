@@ -79,7 +79,7 @@ __global__ void __launch_bounds__(kColumns * 32) expert_gemv_ring_kernel(ExpertG
       __syncthreads();  // the previous group's MMAs are done with the staged rows
       fill();
     }
-    stage_token_rows(args, w, group, tokens, staging.source_rows, staging.rows, kFc1);
+    stage_token_rows(args, w, group, tokens, staging.source_rows, staging.rows, kFc1, false);
     __syncthreads();
     if (!streams) continue;
 
@@ -94,9 +94,9 @@ __global__ void __launch_bounds__(kColumns * 32) expert_gemv_ring_kernel(ExpertG
         const int record = chunk * kRingChunkRecords + u;
         if (record < records) {
           const unsigned char* r = records_in_slot + u * kRecordBytes;
-          multiply_record<kTokens>(acc, *reinterpret_cast<const uint4*>(r + 16 * lane),
-                                   *reinterpret_cast<const unsigned*>(r + kRecordValueBytes + 4 * (lane / 4)), b_rows,
-                                   record);
+          const unsigned scale_word = *reinterpret_cast<const unsigned*>(r + kRecordValueBytes + 4 * (lane / 4));
+          multiply_record<kTokens>(acc, *reinterpret_cast<const uint4*>(r + 16 * lane), scale_word, b_rows, record,
+                                   scale_codes_take_one_multiply(scale_word));
         }
       }
       __syncwarp();  // every lane is done reading the slot before it is refilled

@@ -42,7 +42,7 @@ namespace mxmoe::kernels {
 
 template <int kColumns, int kTokens, bool kFc1, int kUnroll>
 __global__ void __launch_bounds__(kColumns * 32, 1) expert_gemv_streamk_kernel(ExpertGemmArgs routing_args,
-                                                                                int /*k_split*/) {
+                                                                                int /*k_split*/, GemvOptions options) {
   static_assert(kTokens == 8 || kTokens == 16, "8 or 16 tokens per tile");
   static_assert(kColumns * 32 * kTokens / 2 <= kStreamPartialFloats, "partial sums past the workspace's slot");
   constexpr int kAccumulators = kTokens / 8 * 4;
@@ -96,14 +96,14 @@ __global__ void __launch_bounds__(kColumns * 32, 1) expert_gemv_streamk_kernel(E
     const GemvStaging<kTokens> staging(args, w);
     if (tile != staged_tile) {
       __syncthreads();  // the previous tile's rows are no longer read
-      stage_token_rows(args, w, 0, w.count, staging.source_rows, staging.rows, kFc1);
+      stage_token_rows(args, w, 0, w.count, staging.source_rows, staging.rows, kFc1, options.round_fp8 != 0);
       __syncthreads();
       staged_tile = tile;
     }
     unsigned b_rows[kTokens / 8];  // at the piece's first K tile
     token_fragment_rows<kTokens>(b_rows, staging.rows + k0 * kRecordK, args.staged_rows, w.row_stride);
     float acc[kTokens / 8][4] = {};
-    if (streams) stream_records<kTokens>(acc, batch_a, batch_b, column, 0, records, b_rows);
+    if (streams) stream_records<kTokens>(acc, batch_a, batch_b, column, 0, records, b_rows, options.scales_one_multiply != 0);
 
     if (k0 > 0) {  // a later piece of a group an earlier CTA began (this CTA's first)
       float* mine = partials + static_cast<long long>(blockIdx.x) * kStreamPartialFloats;

@@ -141,7 +141,8 @@ __global__ void __launch_bounds__(kColumns * kWarpsK * 32, (kGemvMinBlocks<kColu
     __syncthreads();
     int next = 0;
     gemv_columns<kColumns, kWarpsK, kTokens, kUnroll>(
-        control.stage, gemv_work(control.stage, item.slot, 0, 1), item.group, 0, item.fc1, [&] {
+        control.stage, gemv_work(control.stage, item.slot, 0, 1), item.group, 0, item.fc1,
+        GemvOptions{.scales_one_multiply = args.scales_one_multiply[item.fc1 ? 0 : 1], .round_fp8 = 0}, [&] {
           if (threadIdx.x == 0) next = gridDim.x + atomicAdd(args.schedule, 1);
           if (!item.fc1) wait_for_count(fc1_done + item.slot, item.fc1_groups);
         });

@@ -35,6 +35,12 @@ inline constexpr NameField kGemvCtaNameFields[] = {{".r", &Tactic::tile_rows},  
                                                    {".w", &Tactic::warps_rows},    {"x", &Tactic::warps_k},
                                                    {".u", &Tactic::batch_records}, {".k", &Tactic::k_split}};
 
+// A GEMV-style launch's GemvOptions: its stage's entries of the layer's arguments.
+inline kernels::GemvOptions gemv_options(const ExpertLaunch& l, const kernels::LayerArgs& args) {
+  const int stage = l.stage == Stage::kFc1 ? 0 : 1;
+  return {.scales_one_multiply = args.scales_one_multiply[stage], .round_fp8 = args.rounds_staged_fp8[stage]};
+}
+
 // Token rows a CTA stages per pass: an expert gets a token at most once, so a batch of T tokens
 // gives it at most T rows.
 inline int staged_token_rows(const Tactic& t, int num_tokens) { return std::min(t.tile_tokens, num_tokens); }

@@ -121,6 +121,10 @@ class KernelFamily {
   // rows to FP8 values between the launches), a whole-layer launch cannot, and neither can a
   // family of another format.
   virtual std::string why_no_fp8(const Tactic& t, Stage stage) const;
+  // Whether its kernels, given LayerArgs::rounds_staged_fp8, round the token rows they stage to FP8
+  // values themselves for a batch of `num_tokens`, so that a plan of FP8 activations needs no
+  // rounding launch before the stage (the GEMV-style kernels, whose CTAs stage whole 128-blocks of K).
+  virtual bool rounds_fp8_when_staging(const Tactic&, int /*num_tokens*/) const { return false; }
 
   // Whether its FC1 reads x gathered into sorted-row order (a gather launch after the routing
   // writes it), so that a token tile's rows are one block of the input.

@@ -11,7 +11,7 @@
 // its pair, ~30 integer and float operations.
 //
 // FP8 activations (ActivationFormat::kFp8) take the same rows: DeepSeek-V4's quantiser's one
-// power-of-two scale per 128 along K (fp8_round_rows_kernel.cuh's rule, the CPU's
+// power-of-two scale per 128 along K (kernels/fp8_rounding.cuh's rule, the CPU's
 // round_to_fp8_activations) written as the E8M0 code of each of the 128-block's four 32-blocks.
 // The block-scaled MMA then multiplies exactly the FP8 activations' values. Four quads (16 lanes)
 // hold a 128-block there: 2 more shuffles for its max.
@@ -28,6 +28,7 @@ constexpr int kE4m3ElementEmax = 8;  // E4M3's largest exponent (448 = 1.75 x 2^
 
 #if defined(__CUDACC__)
 #include "kernels/device_utils.cuh"
+#include "kernels/fp8_rounding.cuh"
 
 namespace mxmoe::kernels {
 
@@ -49,13 +50,6 @@ struct Mxfp8Rows {
   }
   __device__ __forceinline__ unsigned* scale(long long row, int kt) const { return scales + kt * rows + row; }
 };
-
-// Two floats as E4M3 bytes, `low` in byte 0 (round to nearest even, saturating).
-__device__ __forceinline__ unsigned e4m3x2(float low, float high) {
-  unsigned short bits;
-  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;\n" : "=h"(bits) : "f"(high), "f"(low));
-  return bits;
-}
 
 // The lane's share of its quad's block (`values`: its 8, k = 8 q ..): the block's E8M0 code, and
 // the two words of the block's 8 (in MMA order) that lane q stores, words 4 (q / 2) + 2 (q % 2)
@@ -109,16 +103,14 @@ __device__ __forceinline__ Mxfp8Share quantize_mxfp8_share(const float (&values)
 }
 
 // FP8 activations: `values` bf16 values (the quantiser reads bf16 rows), s = 2^ceil(log2(max(amax,
-// 1e-4) / 448)) over the 16 lanes' 128-block (fp8_round_rows_kernel.cuh), code s + 127 in
+// 1e-4) / 448)) over the 16 lanes' 128-block (fp8_scale_exponent), code s + 127 in
 // [105, 246]; a block holding a NaN or an infinity NaN throughout (code 255). Elements past K are
 // zeros and do not move the block's max.
 // The two half-warps may hold different blocks (one NaN), so the code is selected, not branched
 // on: every lane reaches the packing's one shuffle.
 __device__ __forceinline__ Mxfp8Share quantize_fp8_share(const float (&values)[8]) {
   const unsigned amax_bits = group_amax_bits<16>(values);
-  const unsigned t_bits = __float_as_uint(fmaxf(__uint_as_float(amax_bits), 1e-4f) * (1.0f / 448.0f));
-  const int scale_exponent = static_cast<int>(t_bits >> 23) - 127 + ((t_bits & 0x7FFFFFu) != 0 ? 1 : 0);
-  return pack_mxfp8_share(values, amax_bits >= 0x7F800000u ? 255u : static_cast<unsigned>(scale_exponent + 127));
+  return pack_mxfp8_share(values, amax_bits >= 0x7F800000u ? 255u : static_cast<unsigned>(fp8_scale_exponent(amax_bits) + 127));
 }
 
 // 8 bf16 (`values`: bf16 (2 j + 1):(2 j) in word j) widened exactly.

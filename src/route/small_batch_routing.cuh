@@ -413,10 +413,10 @@ __device__ __forceinline__ void permute_small_batch(const int* pair_experts, int
 
 // Warp 0's part of a small batch's routing inside one CTA, after every pair's expert (-1: none) is
 // in `pair_experts` (shared): each pair's sorted row (pairs of lower experts, then of its own expert
-// from lower lanes; -1 for a pair of no expert) into pair_rows and, when given, sorted_pairs; when
-// `mine` is given, the expert
-// of active slot `slot`, its first sorted row and its row count into mine[0..2] (left alone when
-// there is no such slot). 32 shuffles, no scan over experts. Call with one whole warp.
+// from lower lanes; -1 for a pair of no expert) into pair_rows, each sorted row's pair into
+// sorted_pairs, and the expert of active slot `slot`, its first sorted row and its row count into
+// mine[0..2] (left alone when there is no such slot). 32 shuffles, no scan over experts. Call with
+// one whole warp.
 __device__ __forceinline__ void rank_small_batch(const int* pair_experts, int num_pairs, int slot, int* pair_rows,
                                                  int* sorted_pairs, int* mine) {
   const int lane = threadIdx.x % 32;
@@ -433,8 +433,8 @@ __device__ __forceinline__ void rank_small_batch(const int* pair_experts, int nu
     }
   }
   if (lane < num_pairs) pair_rows[lane] = expert >= 0 ? rows_before + p.rank : -1;
-  if (expert >= 0 && sorted_pairs) sorted_pairs[rows_before + p.rank] = lane;
-  if (mine && leads && experts_before == slot) {
+  if (expert >= 0) sorted_pairs[rows_before + p.rank] = lane;
+  if (leads && experts_before == slot) {
     mine[0] = expert;
     mine[1] = rows_before;
     mine[2] = __popc(p.peers);

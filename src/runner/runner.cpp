@@ -218,13 +218,18 @@ void MoeRunner::Impl::run(const __nv_bfloat16* x, const kernels::RouteInput& in,
   if (launch.routing_launch) launch_routing(in, num_tokens, shape.num_experts, shape.top_k, route, stream);
   if (last == ForwardPart::kRouting) return;
 
-  // FP8 activations: the bf16 families compute with rows rounded to FP8 values, FC1's input here
-  // (the gathered rows in place, or x into expert_out's bytes, which FC2 writes only after its wait
-  // for FC1), FC2's after FC1. Rows past the routing's count are left alone. The block-scaled family
-  // takes them as MXFP8 rows of one scale per 128, from its quantising gather and FC1's epilogue.
+  // FP8 activations: the bf16 families compute with rows rounded to FP8 values, FC1's input and
+  // FC2's: the GEMV-style kernels as they stage them (KernelFamily::rounds_fp8_when_staging), the
+  // others' by a rounding launch, FC1's here (the gathered rows in place, or x into expert_out's
+  // bytes, which FC2 writes only after its wait for FC1), FC2's after FC1. Rows past the routing's
+  // count are left alone. The block-scaled family takes them as MXFP8 rows of one scale per 128,
+  // from its quantising gather and FC1's epilogue.
   const bool fp8 = launch.plan.activations == ActivationFormat::kFp8;
   const bool mxfp8_rows = activations_of(launch.plan.fc1) == ActivationFormat::kMxfp8;
   const bool rounded_rows = fp8 && !mxfp8_rows;
+  const LayerPlan& plan = launch.plan;
+  const bool staging_rounds[2] = {rounded_rows && plan.fc1.family->rounds_fp8_when_staging(plan.fc1, num_tokens),
+                                  rounded_rows && plan.fc2.family->rounds_fp8_when_staging(plan.fc2, num_tokens)};
   const int* sorted_rows = route.expert_offsets + shape.num_experts;
   const void* fc1_input = x;
   if (launch.gather_launch) {
@@ -235,10 +240,10 @@ void MoeRunner::Impl::run(const __nv_bfloat16* x, const kernels::RouteInput& in,
     } else {
       auto* rows = static_cast<__nv_bfloat16*>(sorted_input);
       launch_gather_rows(x, shape.hidden, shape.top_k, shape.num_experts, num_tokens, route, rows, stream);
-      if (rounded_rows) launch_fp8_round_rows(rows, rows, shape.hidden, pairs, sorted_rows, stream);
+      if (rounded_rows && !staging_rounds[0]) launch_fp8_round_rows(rows, rows, shape.hidden, pairs, sorted_rows, stream);
     }
     fc1_input = sorted_input;
-  } else if (rounded_rows) {
+  } else if (rounded_rows && !staging_rounds[0]) {
     auto* rounded = reinterpret_cast<__nv_bfloat16*>(ws + layout.expert_out);
     launch_fp8_round_rows(x, rounded, shape.hidden, num_tokens, nullptr, stream);
     fc1_input = rounded;
@@ -301,12 +306,13 @@ void MoeRunner::Impl::run(const __nv_bfloat16* x, const kernels::RouteInput& in,
       .out = out,
       .schedule = route.schedule,
       .scales_one_multiply = {weights.fc1_scales_one_multiply, weights.fc2_scales_one_multiply},
+      .rounds_staged_fp8 = {staging_rounds[0] ? 1 : 0, staging_rounds[1] ? 1 : 0},
       .source = in};
   for (const ExpertLaunch& expert : launch.expert_launches) {
     expert.tactic.family->launch(expert, args, stream);
     // A whole-layer launch is FC1's and runs to the end: nothing follows it.
     if (last == (expert.stage == Stage::kFc1 ? ForwardPart::kFc1 : ForwardPart::kFc2)) return;
-    if (rounded_rows && expert.stage == Stage::kFc1) {
+    if (rounded_rows && !staging_rounds[1] && expert.stage == Stage::kFc1) {
       auto* rows = static_cast<__nv_bfloat16*>(activation);
       launch_fp8_round_rows(rows, rows, shape.intermediate, pairs, sorted_rows, stream);
     }

@@ -2,8 +2,10 @@
 // (round_to_fp8_activations), bit for bit: random rows at many magnitudes, rows whose length ends
 // in a short 128-block, blocks below the 1e-4 floor, blocks at E4M3's midpoints (ties to even),
 // blocks holding a NaN or an infinity, in place and out of place, and a row count that leaves the
-// rows past it alone. And a runner asked for FP8 activations plans them at every T and computes the
-// FP8 reference's output, not the bf16 one's.
+// rows past it alone. The GEMV-style kernels' rounding of the rows they stage: FC1's output on x
+// as given equals, bit for bit, the same kernel's on x rounded by the CPU. And a runner asked for
+// FP8 activations plans them at every T and computes the FP8 reference's output, not the bf16
+// one's.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -17,6 +19,8 @@
 #include "mxmoe/mx_format.hpp"
 #include "mxmoe/reference.hpp"
 #include "runner/route_launch.hpp"
+#include "kernels/family_registry.hpp"
+#include "runner/workspace.hpp"
 
 namespace mxmoe {
 namespace {
@@ -111,6 +115,54 @@ TEST(GpuFp8Rows, RoundAsTheCpuBitForBit) {
     expect_same(in_place, expected, 0, split, "in place");
     EXPECT_EQ(std::memcmp(in_place.data() + split, values.data() + split, (values.size() - split) * 2), 0)
         << row_length << ": rows past the count were written";
+  }
+}
+
+// A GEMV-style FC1 with FP8 activations rounds x's rows as it stages them (no rounding launch):
+// its output rows equal the same tactic's with bf16 activations on x rounded by the CPU, bit for
+// bit, over the hard rows above (ties, blocks under the floor, NaN and infinities), a short last
+// 128-block (H = 2880, 96), and several passes of staged tokens per expert (T = 37 on 5 experts);
+// past one token tile the stream-K GEMV's rows come rounded by the launch, which must agree too.
+TEST(GpuFp8Staging, Fc1OnStagedRowsEqualsFc1OnRoundedRows) {
+  MXMOE_REQUIRE_GPU();
+  for (const MoeShape& shape : {model_shape("gpt-oss-20b"), MoeShape{5, 3, 96, 160, 1}}) {
+    const auto& layer = test_layer(shape, 17);
+    for (const char* name : {"gemv.r64x8.w4x2.u2.k1", "gemv.r64x16.w4x1.u4.k1", "sk.r384x8.w24.u2.k1"}) {
+      const Tactic t = parse_tactic(name);
+      for (const int tokens : {1, 7, 8, 37}) {
+        const std::string what = shape.describe() + " " + name + " T=" + std::to_string(tokens);
+        // The stream-K GEMV rounds in its staging up to one token tile, past it by the launch.
+        ASSERT_EQ(t.family->rounds_fp8_when_staging(t, tokens), t.family == &gemv_family() || tokens <= 8) << what;
+        const int pairs = tokens * shape.top_k, outputs = shape.intermediate;
+        const std::vector<Bf16> x = hard_rows(tokens, shape.hidden, 61 + tokens);
+        const std::vector<float> logits = random_logits(tokens, shape.num_experts, 62 + tokens);
+        auto fc1_rows = [&](const std::vector<Bf16>& input, ActivationFormat activations) {
+          DeviceArray<Bf16> d_x(input);
+          DeviceArray<float> d_logits(logits);
+          DeviceArray<Bf16> out(static_cast<size_t>(tokens) * shape.hidden);
+          DeviceArray<unsigned char> workspace(layer.runner->workspace_size(tokens));
+          workspace.fill_bytes(0xFF);
+          const LayerPlan plan{t, t, activations};
+          layer.runner->forward(reinterpret_cast<const __nv_bfloat16*>(d_x.get()), d_logits.get(),
+                                reinterpret_cast<__nv_bfloat16*>(out.get()), tokens, workspace.get(), workspace.size(),
+                                nullptr, &plan, ForwardPart::kFc1);
+          EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess) << what;
+          const size_t at = WorkspaceLayout::of(shape, shape.num_experts, tokens).activation;
+          return copy_back(reinterpret_cast<const Bf16*>(static_cast<const unsigned char*>(workspace.get()) + at),
+                           static_cast<size_t>(pairs) * outputs);
+        };
+        const std::vector<Bf16> staged = fc1_rows(x, ActivationFormat::kFp8);
+        const std::vector<Bf16> rounded = fc1_rows(cpu_rounded(x, shape.hidden), ActivationFormat::kBf16);
+        size_t wrong = 0, unwritten = 0;
+        for (size_t i = 0; i < staged.size(); ++i) {
+          const bool nan = std::isnan(bf16_to_float(staged[i])) && std::isnan(bf16_to_float(rounded[i]));
+          wrong += !nan && staged[i].bits != rounded[i].bits;
+          unwritten += staged[i].bits == kPoison;  // the kernels write NaN as 0x7FFF
+        }
+        EXPECT_EQ(wrong, 0u) << what;
+        EXPECT_EQ(unwritten, 0u) << what;
+      }
+    }
   }
 }
 
