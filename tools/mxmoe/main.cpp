@@ -20,7 +20,7 @@ struct Subcommand {
 
 constexpr Subcommand kSubcommands[] = {
     {"run", "one MoE layer forward on seeded activations (CPU reference or GPU)", mxmoe::cli::run_command},
-    {"make-checkpoint", "write a synthetic gpt-oss MXFP4 checkpoint", mxmoe::cli::make_checkpoint_command},
+    {"make-checkpoint", "write a synthetic MXFP4 checkpoint (gpt-oss or DeepSeek-V4)", mxmoe::cli::make_checkpoint_command},
     {"load", "load a checkpoint's MoE layers onto the GPU, with progress and the load's rate", mxmoe::cli::load_command},
     {"bench", "time the layer on the GPU against measured read and matmul ceilings", mxmoe::cli::bench_command},
     {"tune", "time every valid tactic on this GPU and store the fastest plans", mxmoe::cli::tune_command},
@@ -31,8 +31,8 @@ constexpr Subcommand kSubcommands[] = {
 std::string top_usage() {
   std::string text =
       "usage: mxmoe <command> [options]\n\n"
-      "mxmoe runs the mixture-of-experts layers of MXFP4 models (gpt-oss-20b/120b) on NVIDIA GPUs,\n"
-      "with a CPU reference for every path.\n\ncommands:\n";
+      "mxmoe runs the mixture-of-experts layers of MXFP4 models (gpt-oss-20b/120b, DeepSeek-V4-Flash/Pro)\n"
+      "on NVIDIA GPUs, with a CPU reference for every path.\n\ncommands:\n";
   for (const auto& c : kSubcommands) {
     std::string name = std::string("  ") + c.name;
     name.resize(20, ' ');
