@@ -224,10 +224,10 @@ void MoeRunner::Impl::run(const __nv_bfloat16* x, const kernels::RouteInput& in,
   // bytes, which FC2 writes only after its wait for FC1), FC2's after FC1. Rows past the routing's
   // count are left alone. The block-scaled family takes them as MXFP8 rows of one scale per 128,
   // from its quantising gather and FC1's epilogue.
-  const bool fp8 = launch.plan.activations == ActivationFormat::kFp8;
-  const bool mxfp8_rows = activations_of(launch.plan.fc1) == ActivationFormat::kMxfp8;
-  const bool rounded_rows = fp8 && !mxfp8_rows;
   const LayerPlan& plan = launch.plan;
+  const bool fp8 = plan.activations == ActivationFormat::kFp8;
+  const bool mxfp8_rows = activations_of(plan.fc1) == ActivationFormat::kMxfp8;
+  const bool rounded_rows = fp8 && !mxfp8_rows;
   const bool staging_rounds[2] = {rounded_rows && plan.fc1.family->rounds_fp8_when_staging(plan.fc1, num_tokens),
                                   rounded_rows && plan.fc2.family->rounds_fp8_when_staging(plan.fc2, num_tokens)};
   const int* sorted_rows = route.expert_offsets + shape.num_experts;
@@ -252,7 +252,7 @@ void MoeRunner::Impl::run(const __nv_bfloat16* x, const kernels::RouteInput& in,
   void* expert_out = ws + layout.expert_out;
   // FC2 in one K split as a launch of its own writes its final rows in bf16 (the fused layer sums
   // its own fp32 rows).
-  const bool fc2_bf16 = launch.plan.fc2.k_split == 1 && !launch.plan.whole_layer();
+  const bool fc2_bf16 = plan.fc2.k_split == 1 && !plan.whole_layer();
   // A batch with no routing launch routes itself in FC1, which writes the routing for FC2, the
   // un-permute and the caller (expert_gemv.cuh).
   const int routes_itself = launch.routing_launch ? 0 : 1;
@@ -318,7 +318,7 @@ void MoeRunner::Impl::run(const __nv_bfloat16* x, const kernels::RouteInput& in,
     }
   }
   if (!launch.unpermute_launch) return;
-  launch_unpermute(expert_out, fc2_bf16, split_stride, launch.plan.fc2.k_split, shape.hidden, shape.top_k, num_tokens,
+  launch_unpermute(expert_out, fc2_bf16, split_stride, plan.fc2.k_split, shape.hidden, shape.top_k, num_tokens,
                    route, out, stream);
 }
 
