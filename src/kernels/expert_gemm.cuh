@@ -381,11 +381,7 @@ template <int kTokens>
 __device__ __forceinline__ void multiply_record(float (&acc)[kTokens / 8][4], uint4 values, unsigned scale_word,
                                                 const unsigned (&b_rows)[kTokens / 8], int record, bool one_multiply) {
   unsigned a[4][4];
-  if (one_multiply) {
-    dequantize_record_one_multiply(values, scale_word, a);
-  } else {
-    dequantize_record_two_multiplies(values, scale_word, a);
-  }
+  dequantize_record(values, scale_word, a, one_multiply);
 #pragma unroll
   for (int t = 0; t < kTokens / 8; ++t) {
     unsigned b[8];

@@ -102,8 +102,9 @@ __global__ void __launch_bounds__(kWarpsRows * kWarpsTokens * 32)
 #pragma unroll
     for (int r = 0; r < kWarpRecords; ++r) {
       const unsigned char* record = stage + (warp_row * kWarpRecords + r) * kRecordBytes;
-      dequantize_record(*reinterpret_cast<const uint4*>(record + 16 * lane),
-                        *reinterpret_cast<const unsigned*>(record + kRecordValueBytes + 4 * (lane / 4)), a[r]);
+      const unsigned scale_word = *reinterpret_cast<const unsigned*>(record + kRecordValueBytes + 4 * (lane / 4));
+      dequantize_record(*reinterpret_cast<const uint4*>(record + 16 * lane), scale_word, a[r],
+                        scale_codes_take_one_multiply(scale_word));
     }
 #pragma unroll
     for (int t = 0; t < kWarpTiles; ++t) {

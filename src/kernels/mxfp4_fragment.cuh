@@ -75,8 +75,11 @@ __device__ __forceinline__ void dequantize_record_two_multiplies(uint4 values, u
     }
   }
 }
-__device__ __forceinline__ void dequantize_record(uint4 values, unsigned scale_word, unsigned (&a)[4][4]) {
-  if (scale_codes_take_one_multiply(scale_word)) {
+// One record by one multiply where `one_multiply` (scale_codes_take_one_multiply holds for its scale
+// word: a per-record test, or the host's answer for the whole matrix), else by two.
+__device__ __forceinline__ void dequantize_record(uint4 values, unsigned scale_word, unsigned (&a)[4][4],
+                                                  bool one_multiply) {
+  if (one_multiply) {
     dequantize_record_one_multiply(values, scale_word, a);
   } else {
     dequantize_record_two_multiplies(values, scale_word, a);

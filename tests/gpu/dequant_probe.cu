@@ -25,7 +25,7 @@ __global__ void dequant_probe_kernel(const unsigned char* records, float* out) {
   }
   unsigned a[kRecords][4][4];
   if constexpr (kRecords == 1) {
-    kernels::dequantize_record(values[0], scale_words[0], a[0]);
+    kernels::dequantize_record(values[0], scale_words[0], a[0], kernels::scale_codes_take_one_multiply(scale_words[0]));
   } else {
     bool one_multiply = true;  // as the host decides for a matrix: every scale code in range
     for (int i = 0; i < kRecords; ++i) one_multiply &= kernels::scale_codes_take_one_multiply(scale_words[i]);
