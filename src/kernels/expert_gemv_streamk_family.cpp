@@ -42,9 +42,10 @@ class StreamKFamily final : public KernelFamily {
     return kCandidates;
   }
 
-  // A CTA stages a token tile's rows over the whole of K, again for each tile it crosses: up to one
-  // tile of tokens (an expert's few rows a staging) that costs less than the rounding launches
-  // (H200, fp8 over bf16 at T = 8: +1.0-2.0 us against +3.7-4.3), past it more (T = 64: +4.7-10.3 us).
+  // A CTA stages a token tile's rows over the whole of K, again for each tile it crosses. Up to one
+  // tile of tokens (an expert's few rows a staging) that costs less than the rounding launches (H200,
+  // fp8 over bf16 at T = 8: +1.0-2.0 us against +3.7-4.3); past it a CTA rounds full 8-row tiles
+  // (T = 64: +4.7-10.3 us over bf16), so there the launches keep the rounding.
   bool rounds_fp8_when_staging(const Tactic& t, int num_tokens) const override { return num_tokens <= t.tile_tokens; }
   int smem_bytes(const Tactic& t, const StageShape& shape, int staged_rows, bool) const override {
     return kernels::stream_smem_bytes(t.tile_tokens, staged_rows, shape.k_tiles(), shape.layer.num_experts);
