@@ -23,7 +23,7 @@ constexpr unsigned kBf16Nan = 0x7FC0u;
 #if defined(__CUDACC__)
 namespace mxmoe::kernels {
 
-// The exponent of a 128-block's scale, ceil(log2(max(amax, 1e-4) / 448)) in [-21, 119], from the
+// The exponent of a 128-block's scale, ceil(log2(max(amax, 1e-4) / 448)) in [-22, 120], from the
 // block's largest magnitude as float bits (below 0x7F800000: no NaN or infinity), as
 // fp8_activation_scale computes it: t >= 1e-4 / 448 is a normal float, so its exponent field,
 // plus one where its mantissa is not zero, is the ceiling.

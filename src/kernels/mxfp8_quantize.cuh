@@ -104,7 +104,7 @@ __device__ __forceinline__ Mxfp8Share quantize_mxfp8_share(const float (&values)
 
 // FP8 activations: `values` bf16 values (the quantiser reads bf16 rows), s = 2^ceil(log2(max(amax,
 // 1e-4) / 448)) over the 16 lanes' 128-block (fp8_scale_exponent), code s + 127 in
-// [105, 246]; a block holding a NaN or an infinity NaN throughout (code 255). Elements past K are
+// [105, 247]; a block holding a NaN or an infinity NaN throughout (code 255). Elements past K are
 // zeros and do not move the block's max.
 // The two half-warps may hold different blocks (one NaN), so the code is selected, not branched
 // on: every lane reaches the packing's one shuffle.

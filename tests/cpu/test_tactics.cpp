@@ -225,8 +225,6 @@ TEST(TacticTable, ArchLimitsDecide) {
   EXPECT_THROW(tactic_table("sm_80"), Error);
 }
 
-// A tactic's family is resolved where it is made, to the registry's one object: by parse_tactic,
-// by the family whose table lists it, and by the heuristic.
 // FP8 activations: the GEMV rounds the rows it stages where a CTA stages the whole of K (one K
 // split), the stream-K GEMV up to one token tile of tokens, every other family leaves it to the
 // rounding launch.
@@ -246,6 +244,8 @@ TEST(TacticTable, WhichFamiliesRoundFp8RowsAsTheyStageThem) {
   }
 }
 
+// A tactic's family is resolved where it is made, to the registry's one object: by parse_tactic,
+// by the family whose table lists it, and by the heuristic.
 TEST(TacticNames, EveryTacticKnowsTheFamilyThatMadeIt) {
   for (const KernelFamily* f : kernel_families()) {
     for (const TacticCandidate& c : f->candidates()) {

@@ -15,11 +15,11 @@
 
 #include "common/random.hpp"
 #include "gpu_test_support.hpp"
+#include "kernels/family_registry.hpp"
 #include "mxmoe/bf16.hpp"
 #include "mxmoe/mx_format.hpp"
 #include "mxmoe/reference.hpp"
 #include "runner/route_launch.hpp"
-#include "kernels/family_registry.hpp"
 #include "runner/workspace.hpp"
 
 namespace mxmoe {
