@@ -181,7 +181,7 @@ __global__ void __launch_bounds__(kColumns * kWarpsK * 32, (kGemvMinBlocks<kColu
   }
   ExpertGemmArgs routed = args;
   GemvWork w;
-  if (args.routes_itself) {
+  if (kFc1 && args.routes_itself) {  // FC2 reads the routing FC1 published
     const int own_bytes = gemv_smem_bytes(kTokens, args.staged_rows, args.k_tiles, k_split, kColumns, kWarpsK);
     w = route_small_batch_in_cta(routed, source, dynamic_smem() + small_route_offset(own_bytes), blockIdx.y, publishes,
                                  blockIdx.z, k_split);
