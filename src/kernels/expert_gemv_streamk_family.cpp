@@ -42,11 +42,16 @@ class StreamKFamily final : public KernelFamily {
     return kCandidates;
   }
 
-  // A CTA stages a token tile's rows over the whole of K, again for each tile it crosses. Up to one
-  // tile of tokens (an expert's few rows a staging) that costs less than the rounding launches (H200,
-  // fp8 over bf16 at T = 8: +1.0-2.0 us against +3.7-4.3); past it a CTA rounds full 8-row tiles
-  // (T = 64: +4.7-10.3 us over bf16), so there the launches keep the rounding.
-  bool rounds_fp8_when_staging(const Tactic& t, int num_tokens) const override { return num_tokens <= t.tile_tokens; }
+  // A CTA stages a token tile's rows over the whole of K, again for each tile it crosses, and rounds
+  // them there up to 16 tokens, where that costs less than the two rounding launches (H200, fp8: T = 8
+  // +1.0-2.0 us over bf16 against +3.7-4.3 with the launches; T = 9 and 16 1.2-4.1 us faster than
+  // the launches on gpt-oss-20b, gpt-oss-120b and V4-Flash). Past that it rounds more rows than the
+  // launches would: at T = 32 V4-Flash took 3-9 us longer in one session of two, at T = 64
+  // gpt-oss-20b 2.6 us longer, so from 17 tokens the launches round.
+  static constexpr int kMaxStagingRoundedTokens = 16;
+  bool rounds_fp8_when_staging(const Tactic&, int num_tokens) const override {
+    return num_tokens <= kMaxStagingRoundedTokens;
+  }
   int smem_bytes(const Tactic& t, const StageShape& shape, int staged_rows, bool) const override {
     return kernels::stream_smem_bytes(t.tile_tokens, staged_rows, shape.k_tiles(), shape.layer.num_experts);
   }

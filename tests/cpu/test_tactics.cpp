@@ -226,16 +226,15 @@ TEST(TacticTable, ArchLimitsDecide) {
 }
 
 // FP8 activations: the GEMV rounds the rows it stages where a CTA stages the whole of K (one K
-// split), the stream-K GEMV up to one token tile of tokens, every other family leaves it to the
-// rounding launch.
+// split), the stream-K GEMV up to 16 tokens, every other family leaves it to the rounding launch.
 TEST(TacticTable, WhichFamiliesRoundFp8RowsAsTheyStageThem) {
   const Tactic gemv = parse_tactic("gemv.r64x8.w4x2.u2.k1"), split = parse_tactic("gemv.r32x8.w2x4.u2.k4");
   const Tactic stream_k = parse_tactic("sk.r384x8.w24.u2.k1"), stream_k16 = parse_tactic("sk.r384x16.w24.u2.k1");
   EXPECT_TRUE(gemv.family->rounds_fp8_when_staging(gemv, 1));
   EXPECT_TRUE(gemv.family->rounds_fp8_when_staging(gemv, 4096));
   EXPECT_FALSE(split.family->rounds_fp8_when_staging(split, 1));
-  EXPECT_TRUE(stream_k.family->rounds_fp8_when_staging(stream_k, 8));
-  EXPECT_FALSE(stream_k.family->rounds_fp8_when_staging(stream_k, 9));
+  EXPECT_TRUE(stream_k.family->rounds_fp8_when_staging(stream_k, 16));
+  EXPECT_FALSE(stream_k.family->rounds_fp8_when_staging(stream_k, 17));
   EXPECT_TRUE(stream_k16.family->rounds_fp8_when_staging(stream_k16, 16));
   EXPECT_FALSE(stream_k16.family->rounds_fp8_when_staging(stream_k16, 17));
   for (const char* other : {"wgmma.r256x128.w8.s6.k1", "mma.r128x32.w4x1.s4.k1", "fused.r128x8.w8x1.u2.k1"}) {
