@@ -196,7 +196,7 @@ __global__ void __launch_bounds__(kPermuteThreads)
     SmallBatchPairs pairs;
     if (warp == 0) pairs = count_small_batch(pair_experts, num_pairs, counts);
     __syncthreads();  // the counts
-    scan_experts<true>(counts, offsets, num_experts, route, scan_scratch);
+    scan_experts<true, true>(counts, offsets, num_experts, route, scan_scratch);
     __syncthreads();  // the offsets
     if (warp == 0) write_small_batch_rows(pairs, num_pairs, offsets, route);
     return;

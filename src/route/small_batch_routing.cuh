@@ -261,30 +261,38 @@ __device__ __forceinline__ void select_batch_pairs(const RouteInput& in, int num
 // tile offsets (workspace). Each thread takes a contiguous chunk of experts. kWholeCta: by every
 // thread of the CTA (it synchronises), the warps' totals meeting in `scratch` (shared,
 // kExpertScanScratchBytes), so that a CTA of 8 warps scans 256 experts one per thread; else by one
-// whole warp (each lane E / 32 experts, one after the other).
-// Budget: E / threads experts per thread, each ~11 stores; 2 + kTileSizeCount warp scans (5
+// whole warp (each lane E / 32 experts, one after the other). kSmallCounts: no count exceeds
+// kOneWarpPermutePairs (a small batch), so every tile size from 64 up gives an expert with rows one
+// tile, and its tile offsets are the active list's: only the tile sizes under 64 are summed.
+// Budget: E / threads experts per thread, each ~11 stores; 2 + the summed tile sizes warp scans (5
 // shuffles each, all in flight together), and with kWholeCta two barriers and one more warp scan.
+constexpr int kSmallCountTileSizes = 3;  // the tile sizes under 64: 8, 16, 32
+static_assert(tile_size(kSmallCountTileSizes - 1) < kOneWarpPermutePairs &&
+                  tile_size(kSmallCountTileSizes) >= kOneWarpPermutePairs,
+              "from tile size index kSmallCountTileSizes a small batch's expert fills at most one tile");
 constexpr int kExpertSums = 2 + kTileSizeCount;
 constexpr int kExpertScanScratchBytes = 4 * 32 * kExpertSums;
-template <bool kWholeCta>
+template <bool kWholeCta, bool kSmallCounts = false>
 __device__ __forceinline__ void scan_experts(const int* counts, int* offsets, int num_experts, const RouteBuffers& route,
                                              int* scratch = nullptr) {
+  constexpr int kSummedTileSizes = kSmallCounts ? kSmallCountTileSizes : kTileSizeCount;
+  constexpr int kSums = 2 + kSummedTileSizes;
   const int lane = threadIdx.x % 32;
   const int threads = kWholeCta ? static_cast<int>(blockDim.x) : 32;
   const int index = kWholeCta ? static_cast<int>(threadIdx.x) : lane;
   const int per_thread = (num_experts + threads - 1) / threads;
   const int first = min(num_experts, index * per_thread), last = min(num_experts, first + per_thread);
-  int sums[kExpertSums] = {};
+  int sums[kSums] = {};
   for (int e = first; e < last; ++e) {
     const int c = counts[e];
     sums[0] += c;
     sums[1] += c > 0;
 #pragma unroll
-    for (int i = 0; i < kTileSizeCount; ++i) sums[2 + i] += (c + tile_size(i) - 1) / tile_size(i);
+    for (int i = 0; i < kSummedTileSizes; ++i) sums[2 + i] += (c + tile_size(i) - 1) / tile_size(i);
   }
-  auto warp_exclusive_scan = [&](int (&v)[kExpertSums]) {
+  auto warp_exclusive_scan = [&](int (&v)[kSums]) {
 #pragma unroll
-    for (int q = 0; q < kExpertSums; ++q) {
+    for (int q = 0; q < kSums; ++q) {
       int inclusive = v[q];
       for (int offset = 1; offset < 32; offset *= 2) {
         const int up = __shfl_up_sync(0xffffffffu, inclusive, offset);
@@ -293,30 +301,30 @@ __device__ __forceinline__ void scan_experts(const int* counts, int* offsets, in
       v[q] = inclusive - v[q];
     }
   };
-  int before[kExpertSums];  // exclusive prefix of this thread's chunk
+  int before[kSums];  // exclusive prefix of this thread's chunk
 #pragma unroll
-  for (int q = 0; q < kExpertSums; ++q) before[q] = sums[q];
+  for (int q = 0; q < kSums; ++q) before[q] = sums[q];
   warp_exclusive_scan(before);
   if constexpr (kWholeCta) {
     const int warp = threadIdx.x / 32, warps = blockDim.x / 32;
     if (lane == 31) {
 #pragma unroll
-      for (int q = 0; q < kExpertSums; ++q) scratch[warp * kExpertSums + q] = before[q] + sums[q];
+      for (int q = 0; q < kSums; ++q) scratch[warp * kSums + q] = before[q] + sums[q];
     }
     __syncthreads();  // every warp's totals
     if (warp == 0) {
-      int totals[kExpertSums];
+      int totals[kSums];
 #pragma unroll
-      for (int q = 0; q < kExpertSums; ++q) totals[q] = lane < warps ? scratch[lane * kExpertSums + q] : 0;
+      for (int q = 0; q < kSums; ++q) totals[q] = lane < warps ? scratch[lane * kSums + q] : 0;
       warp_exclusive_scan(totals);
 #pragma unroll
-      for (int q = 0; q < kExpertSums; ++q) {
-        if (lane < warps) scratch[lane * kExpertSums + q] = totals[q];
+      for (int q = 0; q < kSums; ++q) {
+        if (lane < warps) scratch[lane * kSums + q] = totals[q];
       }
     }
     __syncthreads();  // every warp's prefix
 #pragma unroll
-    for (int q = 0; q < kExpertSums; ++q) before[q] += scratch[warp * kExpertSums + q];
+    for (int q = 0; q < kSums; ++q) before[q] += scratch[warp * kSums + q];
   }
   for (int e = first; e < last; ++e) {
     const int c = counts[e];
@@ -324,18 +332,26 @@ __device__ __forceinline__ void scan_experts(const int* counts, int* offsets, in
     offsets[e] = before[0];
     route.expert_offsets[e] = before[0];
     before[0] += c;
+    const int active_before = before[1];  // the offset of every tile size not summed
     if (c > 0) route.active_experts[before[1]++] = e;
 #pragma unroll
     for (int i = 0; i < kTileSizeCount; ++i) {
-      route.tile_offsets[i * (num_experts + 1) + e] = before[2 + i];
-      before[2 + i] += (c + tile_size(i) - 1) / tile_size(i);
+      if (i < kSummedTileSizes) {
+        route.tile_offsets[i * (num_experts + 1) + e] = before[2 + i];
+        before[2 + i] += (c + tile_size(i) - 1) / tile_size(i);
+      } else {
+        route.tile_offsets[i * (num_experts + 1) + e] = active_before;
+      }
     }
   }
   if (index == threads - 1) {  // its prefix and chunk are every expert's
     offsets[num_experts] = before[0];
     route.expert_offsets[num_experts] = before[0];
     route.active_experts[num_experts] = before[1];
-    for (int i = 0; i < kTileSizeCount; ++i) route.tile_offsets[i * (num_experts + 1) + num_experts] = before[2 + i];
+#pragma unroll
+    for (int i = 0; i < kTileSizeCount; ++i) {
+      route.tile_offsets[i * (num_experts + 1) + num_experts] = i < kSummedTileSizes ? before[2 + i] : before[1];
+    }
   }
 }
 
@@ -406,7 +422,7 @@ __device__ __forceinline__ void permute_small_batch(const int* pair_experts, int
   for (int e = threadIdx.x % 32; e < num_experts; e += 32) counts[e] = 0;
   __syncwarp();
   const SmallBatchPairs pairs = count_small_batch(pair_experts, num_pairs, counts);
-  scan_experts<false>(counts, offsets, num_experts, route);
+  scan_experts<false, true>(counts, offsets, num_experts, route);
   __syncwarp();
   write_small_batch_rows(pairs, num_pairs, offsets, route);
 }
