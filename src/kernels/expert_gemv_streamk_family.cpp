@@ -43,11 +43,9 @@ class StreamKFamily final : public KernelFamily {
   }
 
   // A CTA stages a token tile's rows over the whole of K, again for each tile it crosses, and rounds
-  // them there up to 16 tokens, where that costs less than the two rounding launches (H200, fp8: T = 8
-  // +1.0-2.0 us over bf16 against +3.7-4.3 with the launches; T = 9 and 16 1.2-4.1 us faster than
-  // the launches on gpt-oss-20b, gpt-oss-120b and V4-Flash). Past that the rounding of every tile a
-  // CTA stages, on that CTA's path, outweighs the launches: at T = 32 V4-Flash took 3-9 us longer in
-  // one session of two, at T = 64 gpt-oss-20b 2.6 us longer, so from 17 tokens the launches round.
+  // them there up to 16 tokens, where that costs less than the two rounding launches; past that the
+  // rounding of every tile a CTA stages, on that CTA's path, outweighs them (docs/performance.md,
+  // "The heuristic's decisions", the FP8 staging row, and "Tried and not kept").
   static constexpr int kMaxStagingRoundedTokens = 16;
   bool rounds_fp8_when_staging(const Tactic&, int num_tokens) const override {
     return num_tokens <= kMaxStagingRoundedTokens;
