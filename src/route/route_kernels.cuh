@@ -11,25 +11,40 @@ namespace mxmoe::kernels {
 constexpr int kLogitWarps = 8;   // experts per CTA, one per warp
 constexpr int kLogitTokens = 8;  // tokens per CTA
 
+// acc[t] += x[token0 + t] . w over the 8 elements of H at chunk `chunk`, w being W[expert]'s (bf16
+// bits), for the first `tokens` of 8 tokens. Every token's load is issued before the first FMA, so
+// that a chunk costs one L2 round trip, not one a token.
+__device__ __forceinline__ void accumulate_chunk(float (&acc)[kLogitTokens], const __nv_bfloat16* x, uint4 w,
+                                                 int token0, int tokens, int hidden, int chunk) {
+  const unsigned w_words[4] = {w.x, w.y, w.z, w.w};
+  uint4 v[kLogitTokens];
+#pragma unroll
+  for (int t = 0; t < kLogitTokens; ++t) {
+    if (t < tokens) v[t] = *reinterpret_cast<const uint4*>(x + static_cast<long long>(token0 + t) * hidden + 8 * chunk);
+  }
+#pragma unroll
+  for (int t = 0; t < kLogitTokens; ++t) {
+    if (t >= tokens) break;
+    const unsigned x_words[4] = {v[t].x, v[t].y, v[t].z, v[t].w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      acc[t] += bf16_bits_to_float(x_words[i] & 0xFFFF) * bf16_bits_to_float(w_words[i] & 0xFFFF);
+      acc[t] += bf16_bits_to_float(x_words[i] >> 16) * bf16_bits_to_float(w_words[i] >> 16);
+    }
+  }
+}
+
+__device__ __forceinline__ uint4 load_weight_chunk(const __nv_bfloat16* weight, int expert, int hidden, int chunk) {
+  return *reinterpret_cast<const uint4*>(weight + static_cast<long long>(expert) * hidden + 8 * chunk);
+}
+
 // acc[t] += x[token0 + t] . W[expert] over the 8-element chunks first, first + step, ... of H, for
 // the first `tokens` of 8 tokens.
 __device__ __forceinline__ void accumulate_logits(float (&acc)[kLogitTokens], const __nv_bfloat16* x,
                                                   const __nv_bfloat16* weight, int expert, int token0, int tokens,
                                                   int hidden, int first, int step) {
   for (int chunk = first; chunk < hidden / 8; chunk += step) {
-    const uint4 w = *reinterpret_cast<const uint4*>(weight + static_cast<long long>(expert) * hidden + 8 * chunk);
-    const unsigned w_words[4] = {w.x, w.y, w.z, w.w};
-#pragma unroll
-    for (int t = 0; t < kLogitTokens; ++t) {
-      if (t >= tokens) break;
-      const uint4 v = *reinterpret_cast<const uint4*>(x + static_cast<long long>(token0 + t) * hidden + 8 * chunk);
-      const unsigned x_words[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        acc[t] += bf16_bits_to_float(x_words[i] & 0xFFFF) * bf16_bits_to_float(w_words[i] & 0xFFFF);
-        acc[t] += bf16_bits_to_float(x_words[i] >> 16) * bf16_bits_to_float(w_words[i] >> 16);
-      }
-    }
+    accumulate_chunk(acc, x, load_weight_chunk(weight, expert, hidden, chunk), token0, tokens, hidden, chunk);
   }
 }
 
@@ -58,20 +73,35 @@ __global__ void __launch_bounds__(kLogitWarps * 32)
 
 // The same logits for small batches (at most kSmallBatchTokens): one CTA per (expert, 8 tokens), its
 // 8 warps splitting H, so that E CTAs share the work a 1-token step has; partial sums meet in
-// shared memory. Budget: E x (H 2 bytes of W + 8 H 2 bytes of x from L2) per 8 tokens.
+// shared memory. W does not depend on the grid before (only x does), so a thread loads its first
+// kPrefetchedChunks chunks of W (all of them up to H = 8192) before it waits on that grid: their
+// DRAM latency passes while the grid before finishes, and after the wait only x's L2 reads remain.
+// Budget: E x (H 2 bytes of W + 8 H 2 bytes of x from L2) per 8 tokens.
 constexpr int kSmallBatchTokens = 64;
+constexpr int kPrefetchedChunks = 4;
+static_assert(8192 / 8 <= kPrefetchedChunks * kLogitWarps * 32, "H up to 8192 has all its W chunks prefetched");
 
 __global__ void __launch_bounds__(kLogitWarps * 32)
     router_logits_small_batch_kernel(const __nv_bfloat16* x, const __nv_bfloat16* weight, const float* bias,
                                      float* logits, int num_tokens, int num_experts, int hidden) {
   __shared__ float partial[kLogitWarps][kLogitTokens];
-  wait_for_prerequisite_grids();  // x
-  allow_dependent_grids();
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int expert = blockIdx.x, token0 = blockIdx.y * kLogitTokens;
+  const int first = warp * 32 + lane, step = kLogitWarps * 32, chunks = hidden / 8;
+  uint4 w[kPrefetchedChunks];
+#pragma unroll
+  for (int i = 0; i < kPrefetchedChunks; ++i) {
+    if (first + i * step < chunks) w[i] = load_weight_chunk(weight, expert, hidden, first + i * step);
+  }
+  wait_for_prerequisite_grids();  // x
+  allow_dependent_grids();
   const int tokens = min(kLogitTokens, num_tokens - token0);
   float acc[kLogitTokens] = {};
-  accumulate_logits(acc, x, weight, expert, token0, tokens, hidden, warp * 32 + lane, kLogitWarps * 32);
+#pragma unroll
+  for (int i = 0; i < kPrefetchedChunks; ++i) {
+    if (first + i * step < chunks) accumulate_chunk(acc, x, w[i], token0, tokens, hidden, first + i * step);
+  }
+  accumulate_logits(acc, x, weight, expert, token0, tokens, hidden, first + kPrefetchedChunks * step, step);
 #pragma unroll
   for (int t = 0; t < kLogitTokens; ++t) {
     for (int offset = 16; offset > 0; offset /= 2) acc[t] += __shfl_xor_sync(0xffffffffu, acc[t], offset);
@@ -80,7 +110,7 @@ __global__ void __launch_bounds__(kLogitWarps * 32)
   __syncthreads();
   if (threadIdx.x < tokens) {
     float sum = 0.0f;
-    for (int w = 0; w < kLogitWarps; ++w) sum += partial[w][threadIdx.x];
+    for (int part = 0; part < kLogitWarps; ++part) sum += partial[part][threadIdx.x];
     logits[static_cast<long long>(token0 + threadIdx.x) * num_experts + expert] = sum + bias[expert];
   }
 }

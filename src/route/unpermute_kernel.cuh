@@ -13,6 +13,7 @@ namespace mxmoe::kernels {
 
 constexpr int kUnpermuteThreads = 128;  // each thread: 8 consecutive outputs of one token
 constexpr int kUnpermuteSlots = 32;     // slots whose rows and weights are staged at a time
+constexpr int kUnpermuteBatch = 8;      // bf16 rows loaded together
 // Grid: x = tokens, y = column blocks of 8 x kUnpermuteThreads.
 
 // Budget: reads top_k x splits fp32 rows (or top_k bf16 rows) of H per token, writes H bf16; bandwidth-bound, small
@@ -47,27 +48,43 @@ __global__ void __launch_bounds__(kUnpermuteThreads)
       __syncthreads();
     }
     if (column >= hidden) continue;
+    if (bf16_rows) {
+      // Every slot's row is loaded before the first is added: one L2 round trip for the token's
+      // kUnpermuteBatch slots, not one a slot.
+      for (int base = 0; base < slots; base += kUnpermuteBatch) {
+        uint4 packed[kUnpermuteBatch];
+#pragma unroll
+        for (int b = 0; b < kUnpermuteBatch; ++b) {
+          const int slot = base + b;
+          if (slot < slots && rows[slot] >= 0) {
+            packed[b] = *reinterpret_cast<const uint4*>(static_cast<const unsigned short*>(y) +
+                                                        static_cast<long long>(rows[slot]) * hidden + column);
+          }
+        }
+#pragma unroll
+        for (int b = 0; b < kUnpermuteBatch; ++b) {
+          const int slot = base + b;
+          if (slot >= slots || rows[slot] < 0) continue;  // past the chunk, or a pair that goes to no expert
+          const unsigned words[4] = {packed[b].x, packed[b].y, packed[b].z, packed[b].w};
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            acc[2 * i] += weights[slot] * __uint_as_float(words[i] << 16);
+            acc[2 * i + 1] += weights[slot] * __uint_as_float(words[i] & 0xFFFF0000u);
+          }
+        }
+      }
+      continue;
+    }
 #pragma unroll 4
     for (int slot = 0; slot < slots; ++slot) {
       if (rows[slot] < 0) continue;  // a pair that goes to no expert
-      const long long first = static_cast<long long>(rows[slot]) * hidden + column;
+      const float* row = static_cast<const float*>(y) + static_cast<long long>(rows[slot]) * hidden + column;
       float sum[8] = {};
-      if (bf16_rows) {
-        const uint4 packed = *reinterpret_cast<const uint4*>(static_cast<const unsigned short*>(y) + first);
-        const unsigned words[4] = {packed.x, packed.y, packed.z, packed.w};
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          sum[2 * i] = __uint_as_float(words[i] << 16);
-          sum[2 * i + 1] = __uint_as_float(words[i] & 0xFFFF0000u);
-        }
-      } else {
-        const float* row = static_cast<const float*>(y) + first;
-        for (int split = 0; split < k_split; ++split) {
-          const float4 lo = *reinterpret_cast<const float4*>(row + split * split_stride);
-          const float4 hi = *reinterpret_cast<const float4*>(row + split * split_stride + 4);
-          sum[0] += lo.x, sum[1] += lo.y, sum[2] += lo.z, sum[3] += lo.w;
-          sum[4] += hi.x, sum[5] += hi.y, sum[6] += hi.z, sum[7] += hi.w;
-        }
+      for (int split = 0; split < k_split; ++split) {
+        const float4 lo = *reinterpret_cast<const float4*>(row + split * split_stride);
+        const float4 hi = *reinterpret_cast<const float4*>(row + split * split_stride + 4);
+        sum[0] += lo.x, sum[1] += lo.y, sum[2] += lo.z, sum[3] += lo.w;
+        sum[4] += hi.x, sum[5] += hi.y, sum[6] += hi.z, sum[7] += hi.w;
       }
 #pragma unroll
       for (int i = 0; i < 8; ++i) acc[i] += weights[slot] * sum[i];

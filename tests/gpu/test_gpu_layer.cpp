@@ -229,6 +229,31 @@ TEST(GpuLayerRouter, LogitsFromTheRouterWeights) {
   }
 }
 
+// Both logits kernels (the small-batch one up to 64 tokens, the large one above) on odd shapes: H =
+// 2080 (a last chunk of 8 that only some lanes of warp 0 take twice) and H = 8192 (every thread of
+// the small-batch kernel four chunks, all loaded before its wait), partial token groups, E not a
+// multiple of 8: every logit written and within 1e-5 of the CPU's, and the layer right from them.
+TEST(GpuLayerRouter, LogitsOfOddShapes) {
+  MXMOE_REQUIRE_GPU();
+  for (const MoeShape& shape : {MoeShape{37, 4, 2080, 32}, MoeShape{21, 6, 8192, 32, 1, deepseek_v4_spec(1.5f)}}) {
+    const auto& layer = test_layer(shape, 23);
+    for (int tokens : {1, 7, 13, 64, 65, 300}) {
+      const std::string what = shape.describe() + " T=" + std::to_string(tokens);
+      const std::vector<Bf16> x = make_activations(tokens, shape.hidden, 600 + tokens);
+      const GpuResult g = run_gpu(*layer.runner, x, tokens, nullptr, nullptr);
+      const std::vector<float> cpu = router_logits(layer.weights, x, tokens);
+      ASSERT_EQ(g.logits.size(), cpu.size()) << what;
+      size_t off = 0;
+      for (size_t i = 0; i < cpu.size(); ++i) off += !(std::fabs(g.logits[i] - cpu[i]) <= 1e-4f * (std::fabs(cpu[i]) + 1.0f));
+      EXPECT_EQ(off, 0u) << what << ": logits unwritten or off";
+      EXPECT_LT(relative_error(g.logits, std::vector<double>(cpu.begin(), cpu.end())), 1e-5) << what;
+      const ReferenceResult ref = reference_forward_from_logits(layer.weights, x, tokens, g.logits);
+      expect_routing(g, ref.routing, shape.num_experts, what);
+      expect_close(g.out, ref.out, what);
+    }
+  }
+}
+
 // Scale codes outside the one-multiply range [1, 128]: one FC1 block at 2^2 (code 129) and one FC2
 // block at 2^-127 (code 0). MoeRunner finds such a matrix on the host, and the kernels that rely on
 // that (the wgmma family) then dequantise all its records with two multiplies; every tactic must
