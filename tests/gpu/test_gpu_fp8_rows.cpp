@@ -41,9 +41,10 @@ std::vector<Bf16> hard_rows(int rows, int row_length, uint64_t seed) {
   const int blocks = (row_length + 127) / 128;
   auto block = [&](int r, int b) { return values.data() + static_cast<size_t>(r) * row_length + 128 * b; };
   auto block_length = [&](int b) { return std::min(128, row_length - 128 * b); };
-  // Row 0: block 0 with amax 448 and ties between E4M3 neighbours (to even: 1.0625 -> 1, 1.1875 ->
-  // 1.25, -3.375 -> -3.5, 232 -> 224, 432 -> 448, 3 x 2^-10 -> 2^-8 below the normals) with the
-  // bf16s just above and below each; block 1 under the 1e-4 floor; block 2 all zeros, one -0.
+  // Only the rows that exist (one token's x is one row). Row 0: block 0 with amax 448 and ties between
+  // E4M3 neighbours (to even: 1.0625 -> 1, 1.1875 -> 1.25, -3.375 -> -3.5, 232 -> 224, 432 -> 448, 3 x
+  // 2^-10 -> 2^-8 below the normals) with the bf16s just above and below each; block 1 under the 1e-4
+  // floor; block 2 all zeros, one -0.
   Bf16* b0 = block(0, 0);
   b0[0] = float_to_bf16(448.0f);
   const float ties[] = {1.0625f, 1.1875f, -3.375f, 232.0f, 432.0f, 0.0029296875f};
@@ -55,14 +56,14 @@ std::vector<Bf16> hard_rows(int rows, int row_length, uint64_t seed) {
   }
   if (blocks > 1) {
     for (int j = 0; j < block_length(1); ++j) block(0, 1)[j] = float_to_bf16(static_cast<float>(rng.normal() * 1e-6));
-    block(1, 1)[17] = float_to_bf16(NAN);  // row 1: a NaN in block 1
+    if (rows > 1) block(1, 1)[17] = float_to_bf16(NAN);  // row 1: a NaN in block 1
   }
   if (blocks > 2) {
     for (int j = 0; j < block_length(2); ++j) block(0, 2)[j] = float_to_bf16(0.0f);
     block(0, 2)[5] = float_to_bf16(-0.0f);
-    block(1, 2)[3] = float_to_bf16(INFINITY);  // row 1: an infinity in block 2
+    if (rows > 1) block(1, 2)[3] = float_to_bf16(INFINITY);  // row 1: an infinity in block 2
   }
-  block(2, 0)[block_length(0) - 1] = float_to_bf16(-INFINITY);  // row 2: -infinity in block 0
+  if (rows > 2) block(2, 0)[block_length(0) - 1] = float_to_bf16(-INFINITY);  // row 2: -infinity in block 0
   return values;
 }
 
