@@ -232,7 +232,8 @@ TEST(GpuLayerRouter, LogitsFromTheRouterWeights) {
 // Both logits kernels (the small-batch one up to 64 tokens, the large one above) on odd shapes: H =
 // 2080 (a last chunk of 8 that only some lanes of warp 0 take twice) and H = 8192 (every thread of
 // the small-batch kernel four chunks, all loaded before its wait), partial token groups, E not a
-// multiple of 8: every logit written and within 1e-5 of the CPU's, and the layer right from them.
+// multiple of 8: every logit written and within 1e-4 of the CPU's (1e-5 by norm), and the layer
+// right from them.
 TEST(GpuLayerRouter, LogitsOfOddShapes) {
   MXMOE_REQUIRE_GPU();
   for (const MoeShape& shape : {MoeShape{37, 4, 2080, 32}, MoeShape{21, 6, 8192, 32, 1, deepseek_v4_spec(1.5f)}}) {
