@@ -88,20 +88,16 @@ template <bool kScored, int kHeld>
 __device__ __forceinline__ Pick slice_top_k_held(const float* row, int num_experts, int first, int stride, int top_k,
                                                  const RouterMath& router) {
   const int lane = threadIdx.x % 32;
+  const auto expert_of = [&](int i) { return first + lane + stride * i; };
   float logit[kHeld];  // every load issued before the first score (a score's branches and call would
                        // otherwise put each load behind the score before it)
 #pragma unroll
-  for (int i = 0; i < kHeld; ++i) {
-    const int e = first + lane + stride * i;
-    logit[i] = e < num_experts ? row[e] : 0.0f;
-  }
+  for (int i = 0; i < kHeld; ++i) logit[i] = expert_of(i) < num_experts ? row[expert_of(i)] : 0.0f;
   unsigned rank[kHeld];
 #pragma unroll
   for (int i = 0; i < kHeld; ++i) {
-    const int e = first + lane + stride * i;
-    rank[i] = e < num_experts ? logit_rank(rank_key<kScored>(router, logit[i], e)) : 0u;
+    rank[i] = expert_of(i) < num_experts ? logit_rank(rank_key<kScored>(router, logit[i], expert_of(i))) : 0u;
   }
-  const auto expert_of = [&](int i) { return first + lane + stride * i; };
   return warp_top_k(rank, expert_of, top_k, [&](auto& consider) {
     for (int e = first + lane + stride * kHeld; e < num_experts; e += stride) {
       consider(logit_rank(rank_key<kScored>(router, row[e], e)), e);
