@@ -8,9 +8,10 @@ namespace mxmoe {
 namespace {
 
 // Decode: up to ~12 touched experts, per stage the 8-warp GEMV with the most rows a CTA (128, 64 or
-// 32: fewer rows, more warps along K) whose grid still has kDecodeGridCtas CTAs; then the stream-K
-// GEMV (one 24-warp CTA an SM), 8 tokens a tile up to ~4 expected rows per expert and 16 up to 12.
-// Thresholds: docs/performance.md, "The heuristic's decisions".
+// 32: fewer rows, more warps along K) whose grid still has kDecodeGridCtas CTAs, where FC1's grid
+// fits one resident wave; then the stream-K GEMV (one 24-warp CTA an SM), 8 tokens a tile up to ~4
+// expected rows per expert and 16 up to 12. Thresholds: docs/performance.md, "The heuristic's
+// decisions".
 const Tactic kGemvFewFc1{
     .family = &gemv_family(), .tile_rows = 64, .tile_tokens = 8, .warps_rows = 4, .warps_k = 2, .batch_records = 2};
 const Tactic kGemvFewFc2{
@@ -28,11 +29,20 @@ constexpr long long kStreamK16RowsExpected = 12;
 // 64 rows.
 constexpr double kDecodeGridCtas = 300;
 constexpr double kDecodeMaxTouched = 12;
+// One resident wave of the 8-warp GEMV CTAs on a 132-SM Hopper (three an SM at up to 80 registers).
+// An FC1 grid past it runs a second, partial wave and cannot route the batch itself (a routing
+// launch before it): the stream-K GEMV was 4-11 % faster there (H200, FC1 CTAs: gpt-oss-20b T = 3
+// 478, gpt-oss-120b T = 3 522, DeepSeek-V4-Pro T = 1 576 and T = 2 571), the GEMV 5-41 % faster up
+// to 384 (gpt-oss T = 1-2, DeepSeek-V4-Flash T = 1-2).
+constexpr double kDecodeWaveCtas = 396;
+
+// The CTAs of a decode GEMV `t` over `touched` experts of `rows` weight rows.
+double gemv_ctas(const Tactic& t, double touched, int rows) { return touched * ((rows + t.tile_rows - 1) / t.tile_rows); }
 
 // The decode GEMV of a stage of `rows` weight rows over `touched` experts.
 Tactic decode_gemv(double touched, int rows) {
   for (const Tactic& t : {kGemvWide, kGemvFewFc1}) {
-    if (touched * ((rows + t.tile_rows - 1) / t.tile_rows) >= kDecodeGridCtas) return t;
+    if (gemv_ctas(t, touched, rows) >= kDecodeGridCtas) return t;
   }
   return kGemvFewFc2;
 }
@@ -91,11 +101,11 @@ LayerPlan heuristic_plan(const MoeShape& shape, int num_tokens, const Arch& arch
   if (fits(kGemvWide) && (num_tokens <= kGemvWide.tile_tokens || rows_expected <= 4)) {
     const double touched =
         shape.num_experts * (1.0 - std::pow(1.0 - static_cast<double>(shape.top_k) / shape.num_experts, num_tokens));
-    if (touched <= kDecodeMaxTouched) {
-      return {decode_gemv(touched, shape.fc1_rows()), decode_gemv(touched, shape.hidden)};
-    }
+    const LayerPlan gemv{decode_gemv(touched, shape.fc1_rows()), decode_gemv(touched, shape.hidden)};
+    const bool few = touched <= kDecodeMaxTouched;
+    if (few && gemv_ctas(gemv.fc1, touched, shape.fc1_rows()) <= kDecodeWaveCtas) return gemv;
     if (fits(kStreamK)) return {kStreamK, kStreamK};
-    return {kGemvWide, kGemvWide};
+    return few ? gemv : LayerPlan{kGemvWide, kGemvWide};
   }
   if (fits(kStreamK16) && rows_expected <= kStreamK16RowsExpected) return {kStreamK16, kStreamK16};
   if (const Tactic wgmma = wgmma_tile(rows_expected); fits(wgmma)) return {wgmma, wgmma};

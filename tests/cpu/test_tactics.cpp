@@ -365,8 +365,8 @@ TEST(Heuristic, PinnedChoices) {
   const Pin pins[] = {
       {"gpt-oss-20b", 1, "gemv.r64x8.w4x2.u2.k1", "gemv.r32x8.w2x4.u2.k1"},   // 4 experts touched
       {"gpt-oss-20b", 2, "gemv.r128x8.w8x1.u2.k1", "gemv.r64x8.w4x2.u2.k1"},  // ~7.5
-      {"gpt-oss-20b", 3, "gemv.r128x8.w8x1.u2.k1", "gemv.r64x8.w4x2.u2.k1"},  // ~10.6
-      {"gpt-oss-20b", 4, "sk.r384x8.w24.u2.k1", "sk.r384x8.w24.u2.k1"},       // ~13.2: stream-K from here
+      {"gpt-oss-20b", 3, "sk.r384x8.w24.u2.k1", "sk.r384x8.w24.u2.k1"},  // ~10.6, but 478 CTAs of 128 rows
+      {"gpt-oss-20b", 4, "sk.r384x8.w24.u2.k1", "sk.r384x8.w24.u2.k1"},  // ~13.2
       {"gpt-oss-20b", 8, "sk.r384x8.w24.u2.k1", "sk.r384x8.w24.u2.k1"},
       {"gpt-oss-20b", 32, "sk.r384x8.w24.u2.k1", "sk.r384x8.w24.u2.k1"},  // expected 4 rows
       {"gpt-oss-20b", 33, "sk.r384x16.w24.u2.k1", "sk.r384x16.w24.u2.k1"},
@@ -385,6 +385,8 @@ TEST(Heuristic, PinnedChoices) {
       {"gpt-oss-20b", 1145, "wgmma.r128x256.w8.s4.k1", "wgmma.r128x256.w8.s4.k1"}, // 144: 256 tokens a tile
       {"gpt-oss-20b", 4096, "wgmma.r128x256.w8.s4.k1", "wgmma.r128x256.w8.s4.k1"},
       {"gpt-oss-120b", 1, "gemv.r64x8.w4x2.u2.k1", "gemv.r32x8.w2x4.u2.k1"},
+      {"gpt-oss-120b", 2, "gemv.r128x8.w8x1.u2.k1", "gemv.r64x8.w4x2.u2.k1"},  // ~7.9 touched: 355 CTAs
+      {"gpt-oss-120b", 3, "sk.r384x8.w24.u2.k1", "sk.r384x8.w24.u2.k1"},       // ~11.6: 522 CTAs
       {"gpt-oss-120b", 64, "sk.r384x8.w24.u2.k1", "sk.r384x8.w24.u2.k1"},   // expected 2 rows
       {"gpt-oss-120b", 128, "sk.r384x8.w24.u2.k1", "sk.r384x8.w24.u2.k1"},  // expected 4 rows
       {"gpt-oss-120b", 129, "sk.r384x16.w24.u2.k1", "sk.r384x16.w24.u2.k1"},
@@ -400,11 +402,13 @@ TEST(Heuristic, PinnedChoices) {
       {"gpt-oss-120b", 3553, "wgmma.r256x144.w8.s6.k1", "wgmma.r256x144.w8.s6.k1"},
       {"gpt-oss-120b", 4576, "wgmma.r256x144.w8.s6.k1", "wgmma.r256x144.w8.s6.k1"},
       {"gpt-oss-120b", 4577, "wgmma.r128x256.w8.s4.k1", "wgmma.r128x256.w8.s4.k1"},
-      // Decode GEMVs by grid size: 6 experts of 4096 FC1 rows are 192 CTAs of 128 rows, 384 of 64.
+      // Decode GEMVs by grid size: 6 experts of 4096 FC1 rows are 192 CTAs of 128 rows, 384 of 64;
+      // past one resident wave (396 CTAs) the stream-K GEMV.
       {"deepseek-v4-flash", 1, "gemv.r64x8.w4x2.u2.k1", "gemv.r64x8.w4x2.u2.k1"},
-      {"deepseek-v4-flash", 2, "gemv.r128x8.w8x1.u2.k1", "gemv.r128x8.w8x1.u2.k1"},  // ~11.9 touched
+      {"deepseek-v4-flash", 2, "gemv.r128x8.w8x1.u2.k1", "gemv.r128x8.w8x1.u2.k1"},  // ~11.8 touched: 377
       {"deepseek-v4-flash", 3, "sk.r384x8.w24.u2.k1", "sk.r384x8.w24.u2.k1"},
-      {"deepseek-v4-pro", 1, "gemv.r64x8.w4x2.u2.k1", "gemv.r128x8.w8x1.u2.k1"},  // FC1 288 CTAs, FC2 336
+      {"deepseek-v4-pro", 1, "sk.r384x8.w24.u2.k1", "sk.r384x8.w24.u2.k1"},  // FC1 576 CTAs of 64 rows
+      {"deepseek-v4-pro", 2, "sk.r384x8.w24.u2.k1", "sk.r384x8.w24.u2.k1"},  // FC1 571 of 128 rows
   };
 
   const Arch& sm90 = arch_by_name("sm_90a");
