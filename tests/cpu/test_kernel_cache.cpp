@@ -138,16 +138,24 @@ TEST(KernelCache, ColdCompileThenWarmLoad) {
   EXPECT_EQ(std::count(log.begin(), log.end(), '\n'), 1);
 }
 
+// Every default tactic of every arch the library's ahead-of-time set was built for (MXMOE_AOT_ARCHS)
+// comes from the library, with no compile.
 TEST(KernelCache, DefaultTacticsComeFromTheLibrary) {
-  ASSERT_GT(ahead_of_time_entries(), 0u) << "built with an empty MXMOE_AOT_ARCHS";
+  const std::string built = "," MXMOE_AOT_ARCHS_BUILT ",";
+  if (built == ",,") GTEST_SKIP() << "built with an empty MXMOE_AOT_ARCHS: the library holds no ahead-of-time set";
+  ASSERT_GT(ahead_of_time_entries(), 0u);
   const fs::path dir = test::scratch_dir();
   KernelCache cache(dir.string());
+  int archs = 0;
   for (const auto& arch : supported_archs()) {
+    if (built.find("," + std::string(arch.name) + ",") == std::string::npos) continue;
+    ++archs;
     for (const Tactic& t : default_tactics()) {
       if (!t.family->why_invalid(t, arch).empty()) continue;  // not built for an arch it cannot run on
       EXPECT_EQ(cache.get(t, arch).origin, KernelCache::Origin::kAheadOfTime) << arch.name << " " << t.name();
     }
   }
+  EXPECT_GT(archs, 0) << "no supported arch in MXMOE_AOT_ARCHS = " MXMOE_AOT_ARCHS_BUILT;
   EXPECT_FALSE(fs::exists(dir / "compile.log"));
 }
 
