@@ -24,9 +24,9 @@ const Tactic kStreamK16{
     .family = &gemv_streamk_family(), .tile_rows = 384, .tile_tokens = 16, .warps_rows = 24, .batch_records = 2};
 constexpr long long kStreamK16RowsExpected = 12;
 // Enough CTAs of 8 warps to keep the weight loads of a 132-SM Hopper in flight: above 267 (gpt-oss-120b's
-// FC2 at T = 3, to which the tuner's gpt-oss choices gave 64 rows a CTA, before the wave bound below
-// moved that point to the stream-K GEMV) and at most 337 (gpt-oss-20b's FC1 at T = 2, 128 rows);
-// DeepSeek-V4-Flash's FC1 at T = 1 (192 CTAs of 128 rows) runs 1.16x faster on 64 rows.
+// FC2 at T = 3 on the GEMVs, to which the tuner gave 64 rows a CTA) and at most 337 (gpt-oss-20b's FC1
+// at T = 2, 128 rows); DeepSeek-V4-Flash's FC1 at T = 1 (192 CTAs of 128 rows) runs 1.16x faster on
+// 64 rows.
 constexpr double kDecodeGridCtas = 300;
 constexpr double kDecodeMaxTouched = 12;
 // One resident wave of the 8-warp GEMV CTAs on a 132-SM Hopper (three an SM at up to 80 registers).
