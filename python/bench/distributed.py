@@ -2,7 +2,7 @@
 the one-GPU layer (a benchmark).
 
     python python/bench/distributed.py [--worlds 2 4] [--tokens 1 2 8 64 1024 4096]
-                                       [--models M ...] [--repeats 50]
+                                       [--models M ...] [--repeats 50] [--draws 4]
                                        [--low-latency-max-tokens N] [--json FILE]
 
 --models takes any of mxmoe.MODELS (default gpt-oss-20b gpt-oss-120b; deepseek-v4-flash and
@@ -14,7 +14,10 @@ allow, it starts torchrun with one process per GPU, in an environment with NVLin
 
 Each rank takes T tokens of its own at each --tokens (expert parallel: the world's tokens number
 world x T) or the same T tokens as every rank (tensor parallel), unit-normal, routed by the layer's
-router, with synthetic weights seeded alike on every rank. The rows:
+router, with synthetic weights seeded alike on every rank. Every timing is repeated for --draws sets
+of tokens (draw d: seed rank + 1000 d, or 1000 d where the ranks share them; the one-GPU layer takes
+rank 0's): a small batch's experts, and so how its pairs split between the ranks, are those of its
+tokens, and at T = 1 on 2 ranks one draw may give a rank 2 of the 8 pairs and another 6. The rows:
 - one-gpu: mxmoe.torch.MoeLayer, the whole layer, at T and at world x T; captured in a CUDA graph.
 - ep-ll: the expert-parallel layer's low-latency path (max_rank_tokens = T), captured. comm_us is
   the bare collectives of that path at the same sizes (all_gather_into_tensor of [T, H] bf16 and
@@ -29,9 +32,10 @@ A captured timing is the median over --repeats replays of the graph, queued back
 short device sleep (so that the host's launches do not pace them), each between two CUDA events; an
 eager one is the median over --repeats forwards, each begun after a barrier.
 
-The table gives, per model, layout, world and T, the slowest rank's total, each rank's times, the
-one-GPU layer at T and world x T, over_us (the total less the one-GPU layer at T) and over/comm
-(over_us over the slowest rank's bare collectives: the decode target is at most 1.1). The closing
+The table gives, per model, layout, world and T, means over the draws: the slowest rank's total (its
+range over the draws beside it), each rank's times, the one-GPU layer at T and world x T, over_us
+(the total less the one-GPU layer at T) and over/comm (over_us over the slowest rank's bare
+collectives: the decode target is at most 1.1). The closing
 lines say which path ExpertParallelLayer(low_latency_max_tokens=--low-latency-max-tokens) takes at
 each T, where ep-ll beats ep-a2a, and from which T each of ep and tp beats one GPU.
 
@@ -75,6 +79,7 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, nargs="+", default=[1, 2, 8, 64, 1024, 4096])
     parser.add_argument("--models", nargs="+", default=["gpt-oss-20b", "gpt-oss-120b"], choices=mxmoe.MODELS)
     parser.add_argument("--repeats", type=int, default=50)
+    parser.add_argument("--draws", type=int, default=4, help="sets of tokens each timing is repeated for")
     parser.add_argument("--low-latency-max-tokens", type=int, default=LOW_LATENCY_MAX_TOKENS,
                         help="the threshold whose choice of path the closing lines report")
     parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
@@ -93,6 +98,7 @@ def launch(args) -> None:
     env = {**os.environ, **NVLINK_MULTICAST_OFF}
     visible = torch.cuda.device_count() if args.device == "cuda" else os.cpu_count()
     rank_args = ["--tokens", *map(str, args.tokens), "--models", *args.models, "--repeats", str(args.repeats),
+                 "--draws", str(args.draws),
                  "--device", args.device, "--worlds", *map(str, args.worlds)]
     records = []
     with tempfile.TemporaryDirectory() as folder:
@@ -119,37 +125,48 @@ def launch(args) -> None:
 
 
 def group_rows(records: list):
-    """({(model, T): one-GPU total}, {(model, layout, world, T): [records by rank]})."""
-    one_gpu = {(r["model"], r["tokens"]): r["total_us"] for r in records if r["layout"] == "one-gpu"}
-    rows = {}
+    """({(model, T): one-GPU total}, {(model, layout, world, T): [records by rank]}, {(model, layout, world,
+    T): the slowest rank's total by draw}): each record's timings the mean over its draws."""
+    by_key = {}
     for r in records:
-        if r["layout"] != "one-gpu":
-            rows.setdefault((r["model"], r["layout"], r["world"], r["tokens"]), []).append(r)
-    for ranks in rows.values():
-        ranks.sort(key=lambda r: r["rank"])
-    return one_gpu, rows
+        by_key.setdefault((r["model"], r["layout"], r["world"], r["tokens"], r["rank"]), []).append(r)
+    one_gpu, rows, slowest = {}, {}, {}
+    for (model, layout, world, tokens, _), draws in sorted(by_key.items()):
+        mean = {**draws[0], **{k: statistics.mean(d[k] for d in draws) for k, v in draws[0].items()
+                               if k.endswith("_us")}, "error": max(d["error"] for d in draws if "error" in d)
+                if "error" in draws[0] else None}
+        if layout == "one-gpu":
+            one_gpu[model, tokens] = mean["total_us"]
+            continue
+        rows.setdefault((model, layout, world, tokens), []).append(mean)
+        per_draw = slowest.setdefault((model, layout, world, tokens), {})
+        for d in draws:
+            per_draw[d["draw"]] = max(per_draw.get(d["draw"], 0.0), d["total_us"])
+    return one_gpu, rows, {key: list(per_draw.values()) for key, per_draw in slowest.items()}
 
 
 def print_table(records: list) -> None:
     """One row per model, layout, world and T (see the module's docstring)."""
-    one_gpu, rows = group_rows(records)
-    print(f"{'model':<13} {'layout':<7} {'world':>5} {'T':>5} {'graph':>5} {'total_us':>9}  {'comm_us by rank':<24} "
+    one_gpu, rows, slowest = group_rows(records)
+    print(f"{'model':<13} {'layout':<7} {'world':>5} {'T':>5} {'graph':>5} {'total_us':>9} {'draws':<13} "
+          f"{'comm_us by rank':<24} "
           f"{'mxmoe_us by rank':<24} {'routing_us':<16} {'1gpu_us@T':>9} {'1gpu_us@wT':>10} {'over_us':>8} "
           f"{'over/comm':>9} {'max_error':>9}")
-    for r in sorted((r for r in records if r["layout"] == "one-gpu"), key=lambda r: (r["model"], r["tokens"])):
-        print(f"{r['model']:<13} {'one-gpu':<7} {1:>5} {r['tokens']:>5} {'yes' if r['captured'] else 'no':>5} "
-              f"{r['total_us']:>9.1f}")
+    for (model, tokens), total in sorted(one_gpu.items()):
+        draws = [r["total_us"] for r in records if (r["layout"], r["model"], r["tokens"]) == ("one-gpu", model, tokens)]
+        print(f"{model:<13} {'one-gpu':<7} {1:>5} {tokens:>5} {'yes' if records[0]['captured'] else 'no':>5} "
+              f"{total:>9.1f} {_range(draws):<13}")
     for (model, layout, world, tokens), ranks in sorted(rows.items()):
         def by_rank(key):
             return "/".join(f"{r[key]:.1f}" for r in ranks) if key in ranks[0] else "-"
 
-        total = max(r["total_us"] for r in ranks)
+        total = statistics.mean(slowest[model, layout, world, tokens])
         single = one_gpu.get((model, tokens))
         world_tokens = one_gpu.get((model, world * tokens)) if layout.startswith("ep") else None
         over = total - single if single is not None else None
         over_comm = over / max(r["comm_us"] for r in ranks) if over is not None and ranks[0]["captured"] else None
         print(f"{model:<13} {layout:<7} {world:>5} {tokens:>5} {'yes' if ranks[0]['captured'] else 'no':>5} "
-              f"{total:>9.1f}  {by_rank('comm_us'):<24} {by_rank('mxmoe_us'):<24} {by_rank('routing_us'):<16} "
+              f"{total:>9.1f} {_range(slowest[model, layout, world, tokens]):<13} {by_rank('comm_us'):<24} {by_rank('mxmoe_us'):<24} {by_rank('routing_us'):<16} "
               f"{_us(single):>9} {_us(world_tokens):>10} {_us(over):>8} "
               f"{'-' if over_comm is None else f'{over_comm:.2f}':>9} {max(r['error'] for r in ranks):>9.2e}")
 
@@ -157,8 +174,8 @@ def print_table(records: list) -> None:
 def print_summary(records: list, low_latency_max_tokens: int) -> None:
     """The closing lines: the path ep takes, where ep-ll beats ep-a2a, from which T each mode beats one
     GPU, and the decode target."""
-    one_gpu, rows = group_rows(records)
-    totals = {key: max(r["total_us"] for r in ranks) for key, ranks in rows.items()}
+    one_gpu, rows, slowest = group_rows(records)
+    totals = {key: statistics.mean(per_draw) for key, per_draw in slowest.items()}
     for model, world in sorted({(m, w) for m, _, w, _ in rows}):
         tokens = sorted({t for m, _, w, t in rows if (m, w) == (model, world)})
 
@@ -194,6 +211,10 @@ def print_summary(records: list, low_latency_max_tokens: int) -> None:
 
 def _us(value) -> str:
     return "-" if value is None else f"{value:.1f}"
+
+
+def _range(values: list) -> str:
+    return f"{min(values):.1f}-{max(values):.1f}"
 
 
 # ---- a rank -----------------------------------------------------------------------------------------
@@ -312,11 +333,17 @@ def run_rank(args) -> None:
         router_weight, router_bias = (torch.from_numpy(a).to(device) for a in weights.router)
         if weights.spec.router != "softmax-top-k":  # sqrt-softplus: the bias selects, it is no logit bias
             router_bias = None
+        def tokens_of(count: int, seed: int) -> torch.Tensor:
+            gen = torch.Generator(device).manual_seed(seed)
+            return torch.randn(count, hidden, generator=gen, device=device).bfloat16()
+
         if world == 1:
             for tokens in tokens_list:
-                x = torch.randn(tokens, hidden, generator=torch.Generator(device).manual_seed(0), device=device).bfloat16()
-                records.append({"model": model, "layout": "one-gpu", "world": 1, "rank": rank, "tokens": tokens,
-                                "captured": cuda, "total_us": replay_us(lambda: whole(x), cuda, args.repeats)})
+                for draw in range(args.draws):
+                    x = tokens_of(tokens, 1000 * draw)
+                    records.append({"model": model, "layout": "one-gpu", "world": 1, "rank": rank, "tokens": tokens,
+                                    "draw": draw, "captured": cuda,
+                                    "total_us": replay_us(lambda: whole(x), cuda, args.repeats)})
         else:
             # One expert-parallel layer for both paths: the low-latency path by its forward (which takes it
             # at every T here), the all-to-all path by its stages.
@@ -324,14 +351,14 @@ def run_rank(args) -> None:
             tp = TensorParallelLayer(weights, device=device, max_tokens=max_tokens)
             for tokens in tokens_list:
                 for layout in LAYOUTS:
-                    seed = rank if layout.startswith("ep") else 0  # expert parallel: each rank's own tokens
-                    gen = torch.Generator(device).manual_seed(seed)
-                    x = torch.randn(tokens, hidden, generator=gen, device=device).bfloat16()
-                    record = {"model": model, "layout": layout, "world": world, "rank": rank, "tokens": tokens,
-                              **time_layout(layout, ep, tp, x, cuda, args.repeats)}
-                    logits = torch.nn.functional.linear(x.float(), router_weight, router_bias)
-                    record["error"] = relative_error(check_output(layout, ep, tp, x, logits), whole(x, logits))
-                    records.append(record)
+                    for draw in range(args.draws):
+                        own = rank if layout.startswith("ep") else 0  # expert parallel: each rank's own tokens
+                        x = tokens_of(tokens, own + 1000 * draw)
+                        record = {"model": model, "layout": layout, "world": world, "rank": rank, "tokens": tokens,
+                                  "draw": draw, **time_layout(layout, ep, tp, x, cuda, args.repeats)}
+                        logits = torch.nn.functional.linear(x.float(), router_weight, router_bias)
+                        record["error"] = relative_error(check_output(layout, ep, tp, x, logits), whole(x, logits))
+                        records.append(record)
             ep.free()
             tp.free()
         whole.free()

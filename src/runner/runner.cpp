@@ -60,7 +60,7 @@ struct MoeRunner::Impl {
   LayerPlan heuristic_plan(int num_tokens) const {
     const Arch& arch = *device.arch;
     return mxmoe::heuristic_plan(shape, num_tokens, arch, activations(),
-                                 multiplies_block_scaled(arch) && !block_scaled_family_dropped());
+                                 multiplies_block_scaled(arch) && !block_scaled_family_dropped(), routed_experts);
   }
   LayerPlan plan(int num_tokens) const {
     return tuned.find(num_tokens, activations()).value_or(heuristic_plan(num_tokens));

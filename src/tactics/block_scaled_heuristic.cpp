@@ -9,10 +9,10 @@
 namespace mxmoe {
 
 LayerPlan heuristic_plan(const MoeShape& shape, int num_tokens, const Arch& arch, ActivationFormat activations,
-                         bool block_scaled_mma) {
-  if (activations == ActivationFormat::kBf16) return heuristic_plan(shape, num_tokens, arch);
+                         bool block_scaled_mma, int routed_experts) {
+  if (activations == ActivationFormat::kBf16) return heuristic_plan(shape, num_tokens, arch, routed_experts);
   if (activations == ActivationFormat::kFp8 && !block_scaled_mma) {
-    LayerPlan plan = heuristic_plan(shape, num_tokens, arch);  // bf16 families on rounded rows
+    LayerPlan plan = heuristic_plan(shape, num_tokens, arch, routed_experts);  // bf16 families on rounded rows
     plan.activations = ActivationFormat::kFp8;
     return plan;
   }

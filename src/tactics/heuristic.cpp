@@ -1,5 +1,6 @@
 #include "tactics/heuristic.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 #include "kernels/family_registry.hpp"
@@ -90,7 +91,7 @@ Tactic row_tile_for(const KernelFamily& family, long long rows_expected, int til
           .smem_stages = tile_tokens <= 32 ? 4 : 3};
 }
 
-LayerPlan heuristic_plan(const MoeShape& shape, int num_tokens, const Arch& arch) {
+LayerPlan heuristic_plan(const MoeShape& shape, int num_tokens, const Arch& arch, int routed_experts) {
   const long long pairs = static_cast<long long>(num_tokens) * shape.top_k;
   const long long rows_expected = (pairs + shape.num_experts - 1) / shape.num_experts;
   auto fits = [&](const Tactic& t) {
@@ -99,11 +100,22 @@ LayerPlan heuristic_plan(const MoeShape& shape, int num_tokens, const Arch& arch
   };
   // Up to ~4 rows per expert (an expert past 8 takes a second pass over its weights, rare there).
   if (fits(kGemvWide) && (num_tokens <= kGemvWide.tile_tokens || rows_expected <= 4)) {
-    const double touched =
-        shape.num_experts * (1.0 - std::pow(1.0 - static_cast<double>(shape.top_k) / shape.num_experts, num_tokens));
+    // The expected experts of this layer that the batch touches where each pair picks among `among`.
+    auto touched_of = [&](int among) {
+      return shape.num_experts * (1.0 - std::pow(1.0 - static_cast<double>(shape.top_k) / among, num_tokens));
+    };
+    // Whether to take the GEMVs: for the busiest case, every pair on this layer's experts (an
+    // expert-parallel shard's worst case, which the layer waits for). Their rows per CTA: for the
+    // experts the shard touches on average, the pairs' share that lands on it, which sizes their
+    // grids for its usual batch (the widest rows sized for the worst case left half a 2-token
+    // shard's CTAs idle: docs/performance.md, "The heuristic's decisions").
+    const double touched = touched_of(shape.num_experts);
     const LayerPlan gemv{decode_gemv(touched, shape.fc1_rows()), decode_gemv(touched, shape.hidden)};
     const bool few = touched <= kDecodeMaxTouched;
-    if (few && gemv_ctas(gemv.fc1, touched, shape.fc1_rows()) <= kDecodeWaveCtas) return gemv;
+    if (few && gemv_ctas(gemv.fc1, touched, shape.fc1_rows()) <= kDecodeWaveCtas) {
+      const double share = touched_of(std::max(routed_experts, shape.num_experts));
+      return {decode_gemv(share, shape.fc1_rows()), decode_gemv(share, shape.hidden)};
+    }
     if (fits(kStreamK)) return {kStreamK, kStreamK};
     return few ? gemv : LayerPlan{kGemvWide, kGemvWide};
   }

@@ -16,10 +16,12 @@ namespace mxmoe {
 // tokens a tile, then on sm_90a the wgmma family with the token tile the expected rows fill, and
 // elsewhere the 128-row mma tiles of row_tile_for; a GEMV-style tactic only where it is valid for
 // both stages of the shape. Every tactic it returns is in default_tactics(), the set compiled
-// ahead of time for each arch where it is valid. An expert-parallel shard is planned as a layer of
-// its own experts taking all of the batch's pairs: its plan suits the rank that gets the most of
-// them, whose time the layer waits for.
-LayerPlan heuristic_plan(const MoeShape& shape, int num_tokens, const Arch& arch);
+// ahead of time for each arch where it is valid. An expert-parallel shard (`shape` its own experts,
+// picked among `routed_experts`; 0 for a whole layer) is planned as a layer of its own experts
+// taking all of the batch's pairs, which suits the rank that gets the most of them, whose time the
+// layer waits for; only the decode GEMVs' rows per CTA are chosen for the experts it touches on
+// average (its share, shape.num_experts / routed_experts, of the pairs).
+LayerPlan heuristic_plan(const MoeShape& shape, int num_tokens, const Arch& arch, int routed_experts = 0);
 std::vector<Tactic> default_tactics();
 
 // The tile of the mma-shaped families ("mma", "bsmma") of `tile_rows` rows (128, or 256: the
@@ -44,7 +46,7 @@ inline bool multiplies_block_scaled(const Arch& arch) { return arch.major == 12;
 // where no block-scaled tactic runs on the shape and arch. Without `block_scaled_mma`,
 // multiplies_block_scaled(arch).
 LayerPlan heuristic_plan(const MoeShape& shape, int num_tokens, const Arch& arch, ActivationFormat activations,
-                         bool block_scaled_mma);
+                         bool block_scaled_mma, int routed_experts = 0);
 LayerPlan heuristic_plan(const MoeShape& shape, int num_tokens, const Arch& arch, ActivationFormat activations);
 
 }  // namespace mxmoe

@@ -419,6 +419,39 @@ TEST(Heuristic, PinnedChoices) {
   }
 }
 
+// An expert-parallel shard of half the experts, taking the gathered batch of 2 ranks: the choice of
+// the GEMVs is the whole batch's on its experts (their worst case); their rows per CTA are for the
+// share that lands on it (a 2-token batch touches ~3.9 of gpt-oss-120b's 64, ~5.9 of V4-Flash's 128:
+// the 1-token layer's tiles). A whole layer's plan is the same with or without its routed count.
+TEST(Heuristic, ExpertParallelShardSizesItsGemvsForItsShareOfThePairs) {
+  const Arch& sm90 = arch_by_name("sm_90a");
+  struct Pin {
+    const char* model;
+    int tokens;
+    const char* fc1;
+    const char* fc2;
+  };
+  const Pin pins[] = {
+      {"gpt-oss-20b", 2, "gemv.r64x8.w4x2.u2.k1", "gemv.r32x8.w2x4.u2.k1"},  // whole batch: r128/r64, 315 CTAs
+      {"gpt-oss-120b", 2, "gemv.r64x8.w4x2.u2.k1", "gemv.r32x8.w2x4.u2.k1"},  // whole batch: r128/r64, 349
+      {"deepseek-v4-flash", 2, "gemv.r64x8.w4x2.u2.k1", "gemv.r64x8.w4x2.u2.k1"},  // whole batch: r128, 375
+      {"gpt-oss-120b", 4, "sk.r384x8.w24.u2.k1", "sk.r384x8.w24.u2.k1"},  // all 16 pairs here: 14.5 touched
+      {"deepseek-v4-flash", 4, "sk.r384x8.w24.u2.k1", "sk.r384x8.w24.u2.k1"},
+      {"gpt-oss-120b", 4096, "wgmma.r128x256.w8.s4.k1", "wgmma.r128x256.w8.s4.k1"},  // 256 rows an expert
+  };
+  for (const auto& p : pins) {
+    const MoeShape whole = model_shape(p.model);
+    MoeShape shard = whole;
+    shard.num_experts = whole.num_experts / 2;
+    const LayerPlan plan = heuristic_plan(shard, p.tokens, sm90, whole.num_experts);
+    EXPECT_EQ(plan.fc1.name(), p.fc1) << p.model << " T=" << p.tokens;
+    EXPECT_EQ(plan.fc2.name(), p.fc2) << p.model << " T=" << p.tokens;
+    EXPECT_EQ(heuristic_plan(shard, p.tokens, sm90), heuristic_plan(shard, p.tokens, sm90, shard.num_experts));
+    EXPECT_EQ(heuristic_plan(whole, p.tokens, sm90), heuristic_plan(whole, p.tokens, sm90, whole.num_experts));
+  }
+  EXPECT_EQ(heuristic_plan(MoeShape{64, 4, 2880, 2880, 1}, 2, sm90).fc1.name(), "gemv.r128x8.w8x1.u2.k1");
+}
+
 TEST(Heuristic, GemvMakesWayWhenItsStagingExceedsTheArch) {
   const MoeShape wide{8, 2, 8192, 1024, 1};  // FC1's 8 x 8192 activations need 128 KB
   EXPECT_EQ(heuristic_plan(wide, 1, arch_by_name("sm_90a")).fc1.family, &gemv_family());
