@@ -125,37 +125,37 @@ def launch(args) -> None:
 
 
 def group_rows(records: list):
-    """({(model, T): one-GPU total}, {(model, layout, world, T): [records by rank]}, {(model, layout, world,
-    T): the slowest rank's total by draw}): each record's timings the mean over its draws."""
-    by_key = {}
+    """({(model, T): the one-GPU layer's total}, {(model, layout, world, T): [records by rank]} of the
+    parallel layouts, {(model, layout, world, T): the slowest rank's total in each draw} of every
+    layout): a record's timings are the means over its draws, a row's total the mean of its slowest."""
+    by_rank, slowest = {}, {}
     for r in records:
-        by_key.setdefault((r["model"], r["layout"], r["world"], r["tokens"], r["rank"]), []).append(r)
-    one_gpu, rows, slowest = {}, {}, {}
-    for (model, layout, world, tokens, _), draws in sorted(by_key.items()):
-        mean = {**draws[0], **{k: statistics.mean(d[k] for d in draws) for k, v in draws[0].items()
-                               if k.endswith("_us")}, "error": max(d["error"] for d in draws if "error" in d)
-                if "error" in draws[0] else None}
-        if layout == "one-gpu":
-            one_gpu[model, tokens] = mean["total_us"]
+        key = (r["model"], r["layout"], r["world"], r["tokens"])
+        by_rank.setdefault((*key, r["rank"]), []).append(r)
+        per_draw = slowest.setdefault(key, {})
+        per_draw[r["draw"]] = max(per_draw.get(r["draw"], 0.0), r["total_us"])
+    slowest = {key: list(per_draw.values()) for key, per_draw in slowest.items()}
+    one_gpu = {(model, t): statistics.mean(v) for (model, layout, _, t), v in slowest.items() if layout == "one-gpu"}
+    rows = {}
+    for (*key, _), draws in sorted(by_rank.items()):
+        if key[1] == "one-gpu":
             continue
-        rows.setdefault((model, layout, world, tokens), []).append(mean)
-        per_draw = slowest.setdefault((model, layout, world, tokens), {})
-        for d in draws:
-            per_draw[d["draw"]] = max(per_draw.get(d["draw"], 0.0), d["total_us"])
-    return one_gpu, rows, {key: list(per_draw.values()) for key, per_draw in slowest.items()}
+        mean = {**draws[0], **{k: statistics.mean(d[k] for d in draws) for k in draws[0] if k.endswith("_us")}}
+        mean["error"] = max(d["error"] for d in draws)
+        rows.setdefault(tuple(key), []).append(mean)
+    return one_gpu, rows, slowest
 
 
 def print_table(records: list) -> None:
     """One row per model, layout, world and T (see the module's docstring)."""
     one_gpu, rows, slowest = group_rows(records)
     print(f"{'model':<13} {'layout':<7} {'world':>5} {'T':>5} {'graph':>5} {'total_us':>9} {'draws':<13} "
-          f"{'comm_us by rank':<24} "
-          f"{'mxmoe_us by rank':<24} {'routing_us':<16} {'1gpu_us@T':>9} {'1gpu_us@wT':>10} {'over_us':>8} "
+          f"{'comm_us by rank':<24} {'mxmoe_us by rank':<24} {'routing_us':<16} {'1gpu_us@T':>9} {'1gpu_us@wT':>10} {'over_us':>8} "
           f"{'over/comm':>9} {'max_error':>9}")
     for (model, tokens), total in sorted(one_gpu.items()):
-        draws = [r["total_us"] for r in records if (r["layout"], r["model"], r["tokens"]) == ("one-gpu", model, tokens)]
-        print(f"{model:<13} {'one-gpu':<7} {1:>5} {tokens:>5} {'yes' if records[0]['captured'] else 'no':>5} "
-              f"{total:>9.1f} {_range(draws):<13}")
+        captured = next(r["captured"] for r in records if r["layout"] == "one-gpu")
+        print(f"{model:<13} {'one-gpu':<7} {1:>5} {tokens:>5} {'yes' if captured else 'no':>5} "
+              f"{total:>9.1f} {_range(slowest[model, 'one-gpu', 1, tokens]):<13}")
     for (model, layout, world, tokens), ranks in sorted(rows.items()):
         def by_rank(key):
             return "/".join(f"{r[key]:.1f}" for r in ranks) if key in ranks[0] else "-"
@@ -166,7 +166,8 @@ def print_table(records: list) -> None:
         over = total - single if single is not None else None
         over_comm = over / max(r["comm_us"] for r in ranks) if over is not None and ranks[0]["captured"] else None
         print(f"{model:<13} {layout:<7} {world:>5} {tokens:>5} {'yes' if ranks[0]['captured'] else 'no':>5} "
-              f"{total:>9.1f} {_range(slowest[model, layout, world, tokens]):<13} {by_rank('comm_us'):<24} {by_rank('mxmoe_us'):<24} {by_rank('routing_us'):<16} "
+              f"{total:>9.1f} {_range(slowest[model, layout, world, tokens]):<13} {by_rank('comm_us'):<24} "
+              f"{by_rank('mxmoe_us'):<24} {by_rank('routing_us'):<16} "
               f"{_us(single):>9} {_us(world_tokens):>10} {_us(over):>8} "
               f"{'-' if over_comm is None else f'{over_comm:.2f}':>9} {max(r['error'] for r in ranks):>9.2e}")
 
@@ -175,7 +176,7 @@ def print_summary(records: list, low_latency_max_tokens: int) -> None:
     """The closing lines: the path ep takes, where ep-ll beats ep-a2a, from which T each mode beats one
     GPU, and the decode target."""
     one_gpu, rows, slowest = group_rows(records)
-    totals = {key: statistics.mean(per_draw) for key, per_draw in slowest.items()}
+    totals = {key: statistics.mean(slowest[key]) for key in rows}
     for model, world in sorted({(m, w) for m, _, w, _ in rows}):
         tokens = sorted({t for m, _, w, t in rows if (m, w) == (model, world)})
 

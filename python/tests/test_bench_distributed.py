@@ -35,6 +35,7 @@ def test_rows_are_means_over_draws_of_the_slowest_rank():
     one_gpu, rows, slowest = bench.group_rows(RECORDS)
     assert one_gpu == {("gpt-oss-20b", 1): pytest.approx(32.0)}
     assert sorted(slowest[("gpt-oss-20b", "ep-ll", 2, 1)]) == [55.0, 60.0]
+    assert sorted(slowest[("gpt-oss-20b", "one-gpu", 1, 1)]) == [30.0, 34.0]
     ranks = rows[("gpt-oss-20b", "ep-ll", 2, 1)]
     assert [r["rank"] for r in ranks] == [0, 1]
     assert [r["total_us"] for r in ranks] == [pytest.approx(52.5), pytest.approx(52.5)]
