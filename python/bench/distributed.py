@@ -152,9 +152,9 @@ def print_table(records: list) -> None:
     print(f"{'model':<13} {'layout':<7} {'world':>5} {'T':>5} {'graph':>5} {'total_us':>9} {'draws':<13} "
           f"{'comm_us by rank':<24} {'mxmoe_us by rank':<24} {'routing_us':<16} {'1gpu_us@T':>9} {'1gpu_us@wT':>10} {'over_us':>8} "
           f"{'over/comm':>9} {'max_error':>9}")
+    one_gpu_captured = any(r["captured"] for r in records if r["layout"] == "one-gpu")
     for (model, tokens), total in sorted(one_gpu.items()):
-        captured = next(r["captured"] for r in records if r["layout"] == "one-gpu")
-        print(f"{model:<13} {'one-gpu':<7} {1:>5} {tokens:>5} {'yes' if captured else 'no':>5} "
+        print(f"{model:<13} {'one-gpu':<7} {1:>5} {tokens:>5} {'yes' if one_gpu_captured else 'no':>5} "
               f"{total:>9.1f} {_range(slowest[model, 'one-gpu', 1, tokens]):<13}")
     for (model, layout, world, tokens), ranks in sorted(rows.items()):
         def by_rank(key):
@@ -334,6 +334,7 @@ def run_rank(args) -> None:
         router_weight, router_bias = (torch.from_numpy(a).to(device) for a in weights.router)
         if weights.spec.router != "softmax-top-k":  # sqrt-softplus: the bias selects, it is no logit bias
             router_bias = None
+
         def tokens_of(count: int, seed: int) -> torch.Tensor:
             gen = torch.Generator(device).manual_seed(seed)
             return torch.randn(count, hidden, generator=gen, device=device).bfloat16()
