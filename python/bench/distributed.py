@@ -37,7 +37,10 @@ range over the draws beside it), each rank's times, the one-GPU layer at T and w
 (the total less the one-GPU layer at T) and over/comm (over_us over the slowest rank's bare
 collectives: the decode target is at most 1.1). The closing
 lines say which path ExpertParallelLayer(low_latency_max_tokens=--low-latency-max-tokens) takes at
-each T, where ep-ll beats ep-a2a, and from which T each of ep and tp beats one GPU.
+each T, where ep-ll beats ep-a2a, from which T each of ep and tp beats one GPU, and the decode
+target's verdicts, each ep-ll one with how many experts the busiest rank's shard and the one-GPU
+layer touch (means over the draws, from the draws' routing by the layer's router in torch): what a
+rank reads beyond the one-GPU layer is the pairs' split between the ranks.
 
 Every rank checks its output at each T against the whole layer on its own device, both routed by the
 same logits (eager calls, each path of ep and tp): the table's max_error is the largest relative
@@ -207,7 +210,22 @@ def print_summary(records: list, low_latency_max_tokens: int) -> None:
                 over, comm = total(layout, t) - one_gpu[model, t], max(r["comm_us"] for r in ranks)
                 verdict = "met" if over <= DECODE_SLACK * comm else "missed"
                 print(f"  decode target, {layout} T = {t}: over {over:.1f} us, bare collectives {comm:.1f} us, "
-                      f"ratio {over / comm:.2f} (at most {DECODE_SLACK}): {verdict}")
+                      f"ratio {over / comm:.2f} (at most {DECODE_SLACK}): {verdict}{_experts_clause(records, (model, layout, world, t))}")
+
+
+def _experts_clause(records: list, key: tuple) -> str:
+    """", the busiest rank touches N experts, the one-GPU layer M": means over the draws of the most
+    experts any rank's shard touched and of those the one-GPU layer touched; empty where the records do
+    not count them."""
+    busiest, one_gpu = {}, {}
+    for r in records:
+        if (r["model"], r["layout"], r["world"], r["tokens"]) == key and "experts" in r:
+            busiest[r["draw"]] = max(busiest.get(r["draw"], 0), r["experts"])
+            one_gpu[r["draw"]] = r["one_gpu_experts"]
+    if not busiest:
+        return ""
+    return (f"; the busiest rank touches {statistics.mean(busiest.values()):.2f} experts a draw, "
+            f"the one-GPU layer {statistics.mean(one_gpu.values()):.2f}")
 
 
 def _us(value) -> str:
@@ -388,7 +406,7 @@ def time_layout(layout: str, ep: ExpertParallelLayer, tp: TensorParallelLayer, x
             dist.reduce_scatter_tensor(send, gathered_rows)
 
         gathered = ep.gather(x, tokens)
-        return {"captured": cuda,
+        return {"captured": cuda, **touched_experts(ep, gathered.x, tokens),
                 "total_us": replay_us(lambda: ep(x, max_rank_tokens=tokens), cuda, repeats),
                 "comm_us": replay_us(collectives, cuda, repeats),
                 "mxmoe_us": replay_us(lambda: ep.compute_gathered(gathered), cuda, repeats)}
@@ -397,6 +415,16 @@ def time_layout(layout: str, ep: ExpertParallelLayer, tp: TensorParallelLayer, x
             "total_us": replay_us(lambda: tp(x), cuda, repeats),
             "comm_us": replay_us(lambda: dist.all_reduce(reduced), cuda, repeats),
             "mxmoe_us": replay_us(lambda: tp.compute(x), cuda, repeats)}
+
+
+def touched_experts(ep: ExpertParallelLayer, gathered_x: torch.Tensor, tokens: int) -> dict:
+    """How many experts the draw's routing touches (the layer's router, in torch): `experts`, this rank's
+    own over the world's gathered tokens; `one_gpu_experts`, all ranks' over rank 0's T tokens (the
+    gathered rows' first T), which the one-GPU layer takes."""
+    ids = ep.route(gathered_x)[0]
+    first = ep.rank * ep.experts_per_rank
+    local = ids[(ids >= first) & (ids < first + ep.experts_per_rank)]
+    return {"experts": int(local.unique().numel()), "one_gpu_experts": int(ids[:tokens].unique().numel())}
 
 
 def check_output(layout: str, ep: ExpertParallelLayer, tp: TensorParallelLayer, x: torch.Tensor,

@@ -1,6 +1,7 @@
 """python/bench/distributed.py's table over draws of tokens: each row's total is the mean over the draws
 of the slowest rank's time (not the slowest rank's mean), set against the one-GPU layer's mean over
-the same draws; the decode target's verdict follows from those means. Synthetic records, no ranks."""
+the same draws; the decode target's verdict follows from those means, with the experts the busiest
+rank and the one-GPU layer touch. Synthetic records, no ranks."""
 
 from __future__ import annotations
 
@@ -24,10 +25,10 @@ def record(layout, rank, draw, total, world=2, tokens=1, **extra):
 # either rank's mean (52.5).
 RECORDS = [
     record("one-gpu", 0, 0, 30.0, world=1), record("one-gpu", 0, 1, 34.0, world=1),
-    record("ep-ll", 0, 0, 50.0, comm_us=18.0, mxmoe_us=30.0, error=1e-3),
-    record("ep-ll", 1, 0, 60.0, comm_us=18.0, mxmoe_us=40.0, error=2e-3),
-    record("ep-ll", 0, 1, 55.0, comm_us=17.0, mxmoe_us=36.0, error=1e-3),
-    record("ep-ll", 1, 1, 45.0, comm_us=17.0, mxmoe_us=26.0, error=1e-3),
+    record("ep-ll", 0, 0, 50.0, comm_us=18.0, mxmoe_us=30.0, error=1e-3, experts=2, one_gpu_experts=4),
+    record("ep-ll", 1, 0, 60.0, comm_us=18.0, mxmoe_us=40.0, error=2e-3, experts=6, one_gpu_experts=4),
+    record("ep-ll", 0, 1, 55.0, comm_us=17.0, mxmoe_us=36.0, error=1e-3, experts=5, one_gpu_experts=3),
+    record("ep-ll", 1, 1, 45.0, comm_us=17.0, mxmoe_us=26.0, error=1e-3, experts=3, one_gpu_experts=3),
 ]
 
 
@@ -50,4 +51,12 @@ def test_table_and_target_use_the_means(capsys):
     row = next(line for line in out.splitlines() if " ep-ll " in line)
     assert " 57.5 55.0-60.0 " in row  # the mean of the slowest ranks, and their range
     # over = 57.5 - 32.0 = 25.5 us against the slowest rank's mean collectives, 17.5 us
-    assert "decode target, ep-ll T = 1: over 25.5 us, bare collectives 17.5 us, ratio 1.46 (at most 1.1): missed" in out
+    # the busiest rank's experts per draw: 6 and 5; the one-GPU layer's: 4 and 3
+    assert ("decode target, ep-ll T = 1: over 25.5 us, bare collectives 17.5 us, ratio 1.46 (at most 1.1): missed; "
+            "the busiest rank touches 5.50 experts a draw, the one-GPU layer 3.50") in out
+
+
+def test_records_without_expert_counts_give_no_clause(capsys):
+    bench.print_summary([{k: v for k, v in r.items() if "experts" not in k} for r in RECORDS], 4096)
+    out = capsys.readouterr().out
+    assert "ratio 1.46 (at most 1.1): missed\n" in out
