@@ -209,12 +209,13 @@ def print_summary(records: list, low_latency_max_tokens: int) -> None:
                     continue
                 over, comm = total(layout, t) - one_gpu[model, t], max(r["comm_us"] for r in ranks)
                 verdict = "met" if over <= DECODE_SLACK * comm else "missed"
+                experts = _experts_clause(records, (model, layout, world, t))
                 print(f"  decode target, {layout} T = {t}: over {over:.1f} us, bare collectives {comm:.1f} us, "
-                      f"ratio {over / comm:.2f} (at most {DECODE_SLACK}): {verdict}{_experts_clause(records, (model, layout, world, t))}")
+                      f"ratio {over / comm:.2f} (at most {DECODE_SLACK}): {verdict}{experts}")
 
 
 def _experts_clause(records: list, key: tuple) -> str:
-    """", the busiest rank touches N experts, the one-GPU layer M": means over the draws of the most
+    """"; the busiest rank touches N experts a draw, the one-GPU layer M": means over the draws of the most
     experts any rank's shard touched and of those the one-GPU layer touched; empty where the records do
     not count them."""
     busiest, one_gpu = {}, {}
