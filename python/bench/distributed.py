@@ -180,6 +180,7 @@ def print_summary(records: list, low_latency_max_tokens: int) -> None:
     GPU, and the decode target."""
     one_gpu, rows, slowest = group_rows(records)
     totals = {key: statistics.mean(slowest[key]) for key in rows}
+    experts = touched_by_row(records)
     for model, world in sorted({(m, w) for m, _, w, _ in rows}):
         tokens = sorted({t for m, _, w, t in rows if (m, w) == (model, world)})
 
@@ -209,24 +210,26 @@ def print_summary(records: list, low_latency_max_tokens: int) -> None:
                     continue
                 over, comm = total(layout, t) - one_gpu[model, t], max(r["comm_us"] for r in ranks)
                 verdict = "met" if over <= DECODE_SLACK * comm else "missed"
-                experts = _experts_clause(records, (model, layout, world, t))
+                touched = experts.get((model, layout, world, t))
+                clause = "" if touched is None else (f"; the busiest rank touches {touched[0]:.2f} experts a draw, "
+                                                     f"the one-GPU layer {touched[1]:.2f}")
                 print(f"  decode target, {layout} T = {t}: over {over:.1f} us, bare collectives {comm:.1f} us, "
-                      f"ratio {over / comm:.2f} (at most {DECODE_SLACK}): {verdict}{experts}")
+                      f"ratio {over / comm:.2f} (at most {DECODE_SLACK}): {verdict}{clause}")
 
 
-def _experts_clause(records: list, key: tuple) -> str:
-    """"; the busiest rank touches N experts a draw, the one-GPU layer M": means over the draws of the most
-    experts any rank's shard touched and of those the one-GPU layer touched; empty where the records do
-    not count them."""
+def touched_by_row(records: list) -> dict:
+    """{(model, layout, world, T): (busiest, one-GPU)} of the rows whose records count the experts their
+    ranks touched (touched_experts): means over the draws of the most experts any rank's shard touched
+    and of those the one-GPU layer touched."""
     busiest, one_gpu = {}, {}
     for r in records:
-        if (r["model"], r["layout"], r["world"], r["tokens"]) == key and "experts" in r:
-            busiest[r["draw"]] = max(busiest.get(r["draw"], 0), r["experts"])
-            one_gpu[r["draw"]] = r["one_gpu_experts"]
-    if not busiest:
-        return ""
-    return (f"; the busiest rank touches {statistics.mean(busiest.values()):.2f} experts a draw, "
-            f"the one-GPU layer {statistics.mean(one_gpu.values()):.2f}")
+        if "experts" in r:
+            key = (r["model"], r["layout"], r["world"], r["tokens"])
+            draws = busiest.setdefault(key, {})
+            draws[r["draw"]] = max(draws.get(r["draw"], 0), r["experts"])
+            one_gpu.setdefault(key, {})[r["draw"]] = r["one_gpu_experts"]
+    return {key: (statistics.mean(draws.values()), statistics.mean(one_gpu[key].values()))
+            for key, draws in busiest.items()}
 
 
 def _us(value) -> str:
