@@ -179,10 +179,41 @@ __host__ __device__ inline int select_group(int warps, int num_tokens, int num_e
   return group;
 }
 
+// Whether key (rank_a, expert_a) comes before (rank_b, expert_b) in a top-k's order: the higher
+// rank, then the lower expert (warp_top_k's order).
+__device__ __forceinline__ bool key_before(unsigned rank_a, int expert_a, unsigned rank_b, int expert_b) {
+  return rank_a > rank_b || (rank_a == rank_b && expert_a < expert_b);
+}
+
+// A lane's key in a slice of at most one expert a lane (expert first + lane; rank 0, none, past
+// the experts) and how many of the warp's keys come before it. The 31 comparisons are independent
+// shuffles, where warp_top_k's k rounds are each two warp-wide reductions waiting on the last
+// (Flash T = 1 in FC1: ~570 cycles a round, with 24 warps an SM routing at once).
+struct CountedKey {
+  unsigned rank;
+  int expert;
+  int ahead;
+};
+template <bool kScored>
+__device__ __forceinline__ CountedKey count_slice_key(const float* row, int num_experts, int first,
+                                                      const RouterMath& router) {
+  const int lane = threadIdx.x % 32, expert = first + lane;
+  const unsigned rank = expert < num_experts ? logit_rank(rank_key<kScored>(router, row[expert], expert)) : 0u;
+  int ahead = 0;
+#pragma unroll
+  for (int d = 1; d < 32; ++d) {
+    const unsigned other = __shfl_xor_sync(0xffffffffu, rank, d);
+    ahead += key_before(other, lane ^ d, rank, lane) ? 1 : 0;  // lanes in the order of their experts
+  }
+  return {rank, expert, ahead};
+}
+
 // select_batch_experts with its tokens' experts split over `group` warps each (> 1, so the router
-// scores): each warp picks its slice's k best into `candidates`, and after a barrier the token's
-// own warp picks the k best of the group's. Every thread of the CTA calls it. Not inlined: the
-// GEMVs' one-warp path keeps its code apart from this one's.
+// scores): each warp puts its slice's k best into `candidates` in order (by counting the keys
+// before each where its slice has one expert a lane, else by warp_top_k), and after a barrier the
+// token's own warp counts, for each of the group's candidates, the candidates before it: candidate
+// s goes to the token's slot s in `experts`, where lane s takes it. Every thread of the CTA calls
+// it. Not inlined: the GEMVs' one-warp path keeps its code apart from this one's.
 __device__ __noinline__ void select_split_experts(const float* logits, int num_tokens, int num_experts, int top_k,
                                                   int* experts, float* weights, RouterMath router,
                                                   const int* local_experts, uint2* candidates, int group) {
@@ -190,23 +221,44 @@ __device__ __noinline__ void select_split_experts(const float* logits, int num_t
   const int token = warp / group, part = warp % group;
   if (token < num_tokens) {
     const float* row = logits + static_cast<long long>(token) * num_experts;
-    const Pick pick = slice_top_k<true>(row, num_experts, 32 * part, 32 * group, top_k, router);
-    if (lane < top_k) candidates[warp * top_k + lane] = uint2{pick.rank, static_cast<unsigned>(pick.expert)};
+    if (num_experts <= 32 * group) {
+      const CountedKey key = count_slice_key<true>(row, num_experts, 32 * part, router);
+      if (lane < top_k) candidates[warp * top_k + lane] = uint2{0u, static_cast<unsigned>(kNoPick)};
+      __syncwarp();
+      if (key.rank > 0 && key.ahead < top_k) {
+        candidates[warp * top_k + key.ahead] = uint2{key.rank, static_cast<unsigned>(key.expert)};
+      }
+    } else {
+      const Pick pick = slice_top_k<true>(row, num_experts, 32 * part, 32 * group, top_k, router);
+      if (lane < top_k) candidates[warp * top_k + lane] = uint2{pick.rank, static_cast<unsigned>(pick.expert)};
+    }
   }
   __syncthreads();  // the candidates
   if (warp < num_tokens) {
     const uint2* mine = candidates + warp * group * top_k;
     const int count = group * top_k;  // at most 64
-    unsigned rank[2];
-    int expert[2];
+    uint2 held[2];
+    int ahead[2] = {0, 0};
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
-      const uint2 c = lane + 32 * i < count ? mine[lane + 32 * i] : uint2{0u, static_cast<unsigned>(kNoPick)};
-      rank[i] = c.x;
-      expert[i] = static_cast<int>(c.y);
+      held[i] = lane + 32 * i < count ? mine[lane + 32 * i] : uint2{0u, static_cast<unsigned>(kNoPick)};
     }
-    const Pick pick = warp_top_k(rank, [&](int i) { return expert[i]; }, top_k, [](auto&) {});
-    write_token_picks<true>(logits + static_cast<long long>(warp) * num_experts, warp, top_k, pick.expert, experts,
+    for (int q = 0; q < count; ++q) {
+      const uint2 other = mine[q];  // the same word for every lane: a broadcast
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        ahead[i] += key_before(other.x, static_cast<int>(other.y), held[i].x, static_cast<int>(held[i].y)) ? 1 : 0;
+      }
+    }
+    int* slots = experts + warp * top_k;  // the token's picks in order, then write_token_picks's
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      if (held[i].x > 0 && ahead[i] < top_k) slots[ahead[i]] = static_cast<int>(held[i].y);
+    }
+    __syncwarp();
+    const int my_expert = lane < top_k ? slots[lane] : 0;
+    __syncwarp();  // every pick is read before write_token_picks writes the slots
+    write_token_picks<true>(logits + static_cast<long long>(warp) * num_experts, warp, top_k, my_expert, experts,
                             weights, router, local_experts);
   }
 }

@@ -194,6 +194,36 @@ TEST(GpuLayerRouting, TiesNanAndSignedZerosRankAsTheReference) {
   }
 }
 
+// DeepSeek-V4's scored router on ties: 256 experts with no selection bias and logits of a few
+// values, so that most picks are decided by the lower-expert rule. Small batches split each token's
+// experts over warps (select_split_experts): at T = 1 a warp's slice is one expert a lane and its
+// order is counted, at T = 2-5 the slices are ranked by rounds; the group's candidates are then
+// counted. The heuristic plan routes in FC1 (8 warps), the fused plan in the routing kernel (32).
+TEST(GpuLayerRouting, ScoredTiesSplitOverWarpsRankAsTheReference) {
+  MXMOE_REQUIRE_GPU();
+  const MoeShape shape{256, 6, 64, 96, 1, deepseek_v4_spec(1.5f)};
+  MoeLayerWeights weights = make_synthetic_layer(shape, 19);
+  std::fill(weights.router_selection_bias.begin(), weights.router_selection_bias.end(), 0.0f);
+  const MoeRunner runner(weights);
+  const float values[] = {1.0f, 0.5f, 0.0f, -0.0f, -0.5f, NAN, -INFINITY};
+  const Tactic fused = parse_tactic("fused.r128x8.w8x1.u2.k1");
+  const LayerPlan fused_plan{fused, fused};
+  EXPECT_TRUE(runner.routes_in_expert_kernels(runner.plan(1), 1));
+  for (int tokens : {1, 2, 3, 5}) {
+    SplitMix64 rng(800 + tokens);
+    std::vector<float> logits(static_cast<size_t>(tokens) * shape.num_experts);
+    for (auto& v : logits) v = values[rng.below(std::size(values))];
+    const std::vector<Bf16> x = make_activations(tokens, shape.hidden, 900 + tokens);
+    const ReferenceResult ref = reference_forward_from_logits(weights, x, tokens, logits);
+    for (const LayerPlan* plan : {static_cast<const LayerPlan*>(nullptr), &fused_plan}) {
+      const std::string what = "T=" + std::to_string(tokens) + (plan ? " fused" : " heuristic");
+      const GpuResult g = run_gpu(runner, x, tokens, &logits, plan);
+      expect_routing(g, ref.routing, shape.num_experts, what);
+      expect_close(g.out, ref.out, what);
+    }
+  }
+}
+
 // A small batch routes itself in the expert kernels when its FC1 grid is resident at once, and the
 // routing kernel runs otherwise, whatever the layer's router; the layer tests above run both ways
 // (every tactic at T = 1-8, DeepSeek-V4's sqrt-softplus router at T = 1).
