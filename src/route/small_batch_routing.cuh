@@ -187,8 +187,8 @@ __device__ __forceinline__ bool key_before(unsigned rank_a, int expert_a, unsign
 
 // A lane's key in a slice of at most one expert a lane (expert first + lane; rank 0, none, past
 // the experts) and how many of the warp's keys come before it. The 31 comparisons are independent
-// shuffles, where warp_top_k's k rounds are each two warp-wide reductions waiting on the last
-// (Flash T = 1 in FC1: ~570 cycles a round, with 24 warps an SM routing at once).
+// shuffles, where warp_top_k's k rounds each wait on two warp-wide reductions and on the round
+// before (docs/performance.md, "The heuristic's decisions").
 struct CountedKey {
   unsigned rank;
   int expert;
