@@ -5,6 +5,7 @@ on a GPU machine with no rebuild.
 
 Usage: tools/measure/kernel_variants.py VARIANT DIR     (VARIANT: one of --list)
 Then:  MXMOE_KERNEL_SOURCE_DIR=DIR build/mxmoe bench --plan TACTIC ...
+       (the decode- variants with the heuristic's plans: bench --model deepseek-v4-flash --tokens 1,2,8)
 
 A variant is a list of exact text replacements in the sources; one whose text is no longer there
 fails loudly instead of measuring something else. Every variant computes wrong outputs (the bench
@@ -109,6 +110,36 @@ VARIANTS = {
         ("kernels/mxfp4_fragment.cuh",
          "      a[j][reg] = bf16x2_mul(e2m1_pair_bits(words[j], reg), factor[2 * (j / 2) + upper_rows]);\n",
          "      a[j][reg] = bf16x2_mul(words[j] ^ reg, factor[2 * (j / 2) + upper_rows]);  // variant: no extraction\n"),
+    ],
+    # Decode: a small batch's top-k replaced by a fixed assignment (token t's slot s to expert
+    # (t k + s) x 37 + 11 mod E, distinct within a token, weights 1 / k), in the routing kernel and
+    # in FC1 where the batch routes itself: the time the top-k's scores and ranking take on the
+    # layer's path. The logits are not read.
+    "decode-fixed-routing": [
+        ("route/small_batch_routing.cuh",
+         "  const int warps = blockDim.x / 32;\n"
+         "  const int group = select_group(warps, num_tokens, num_experts, top_k, router.sqrt_softplus != 0);\n",
+         "  const int warps = blockDim.x / 32;\n"
+         "  if (true) {  // variant: a fixed assignment, no scores or ranking\n"
+         "    for (int token = threadIdx.x / 32; token < num_tokens; token += warps) {\n"
+         "      const int lane = threadIdx.x % 32, pair = token * top_k + lane;\n"
+         "      if (lane < top_k) {\n"
+         "        experts[pair] = (pair * 37 + 11) % num_experts;\n"
+         "        weights[pair] = 1.0f / top_k;\n"
+         "      }\n"
+         "    }\n"
+         "    return;\n"
+         "  }\n"
+         "  const int group = select_group(warps, num_tokens, num_experts, top_k, router.sqrt_softplus != 0);\n"),
+    ],
+    # Every family's records read and multiplied with no dequantisation: each fragment register is
+    # a raw word xor its scale factor (one instruction for the extraction's ~2 a pair, the multiply
+    # and none of its range test), inside the one-multiply path. The time the GEMVs' issue of the
+    # dequantisation takes.
+    "decode-no-dequantisation": [
+        ("kernels/mxfp4_fragment.cuh",
+         "      a[j][reg] = bf16x2_mul(e2m1_pair_bits(words[j], reg), factor[2 * (j / 2) + upper_rows]);\n",
+         "      a[j][reg] = words[j] ^ factor[2 * (j / 2) + upper_rows];  // variant: no dequantisation\n"),
     ],
 }
 
