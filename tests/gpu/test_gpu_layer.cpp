@@ -196,9 +196,10 @@ TEST(GpuLayerRouting, TiesNanAndSignedZerosRankAsTheReference) {
 
 // DeepSeek-V4's scored router on ties: 256 experts with no selection bias and logits of a few
 // values, so that most picks are decided by the lower-expert rule. Small batches split each token's
-// experts over warps (select_split_experts): at T = 1 a warp's slice is one expert a lane and its
-// order is counted, at T = 2-5 the slices are ranked by rounds; the group's candidates are then
-// counted. The heuristic plan routes in FC1 (8 warps), the fused plan in the routing kernel (32).
+// experts over warps (select_split_experts) and count the group's candidates; a warp's slice is
+// one expert a lane, its keys counted, in FC1 (8 warps, the heuristic plan) at T = 1 and in the
+// routing kernel (32 warps, the fused plan) at T = 1-3, and ranked by rounds in FC1 at T = 2-3 and
+// in the routing kernel at T = 5 (FC1 takes a warp a token there).
 TEST(GpuLayerRouting, ScoredTiesSplitOverWarpsRankAsTheReference) {
   MXMOE_REQUIRE_GPU();
   const MoeShape shape{256, 6, 64, 96, 1, deepseek_v4_spec(1.5f)};
