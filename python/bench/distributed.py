@@ -131,13 +131,10 @@ def group_rows(records: list):
     """({(model, T): the one-GPU layer's total}, {(model, layout, world, T): [records by rank]} of the
     parallel layouts, {(model, layout, world, T): the slowest rank's total in each draw} of every
     layout): a record's timings are the means over its draws, a row's total the mean of its slowest."""
-    by_rank, slowest = {}, {}
+    by_rank = {}
     for r in records:
-        key = (r["model"], r["layout"], r["world"], r["tokens"])
-        by_rank.setdefault((*key, r["rank"]), []).append(r)
-        per_draw = slowest.setdefault(key, {})
-        per_draw[r["draw"]] = max(per_draw.get(r["draw"], 0.0), r["total_us"])
-    slowest = {key: list(per_draw.values()) for key, per_draw in slowest.items()}
+        by_rank.setdefault((r["model"], r["layout"], r["world"], r["tokens"], r["rank"]), []).append(r)
+    slowest = most_by_draw(records, "total_us")
     one_gpu = {(model, t): statistics.mean(v) for (model, layout, _, t), v in slowest.items() if layout == "one-gpu"}
     rows = {}
     for (*key, _), draws in sorted(by_rank.items()):
@@ -217,19 +214,23 @@ def print_summary(records: list, low_latency_max_tokens: int) -> None:
                       f"ratio {over / comm:.2f} (at most {DECODE_SLACK}): {verdict}{clause}")
 
 
+def most_by_draw(records: list, field: str) -> dict:
+    """{(model, layout, world, T): [each draw's largest `field` over the row's ranks]} of the records
+    that have `field`."""
+    most = {}
+    for r in records:
+        if field in r:
+            per_draw = most.setdefault((r["model"], r["layout"], r["world"], r["tokens"]), {})
+            per_draw[r["draw"]] = max(per_draw.get(r["draw"], r[field]), r[field])
+    return {key: list(per_draw.values()) for key, per_draw in most.items()}
+
+
 def touched_by_row(records: list) -> dict:
     """{(model, layout, world, T): (busiest, one-GPU)} of the rows whose records count the experts their
     ranks touched (touched_experts): means over the draws of the most experts any rank's shard touched
-    and of those the one-GPU layer touched."""
-    busiest, one_gpu = {}, {}
-    for r in records:
-        if "experts" in r:
-            key = (r["model"], r["layout"], r["world"], r["tokens"])
-            draws = busiest.setdefault(key, {})
-            draws[r["draw"]] = max(draws.get(r["draw"], 0), r["experts"])
-            one_gpu.setdefault(key, {})[r["draw"]] = r["one_gpu_experts"]
-    return {key: (statistics.mean(draws.values()), statistics.mean(one_gpu[key].values()))
-            for key, draws in busiest.items()}
+    and of those the one-GPU layer touched (the same on every rank of a draw)."""
+    busiest, one_gpu = most_by_draw(records, "experts"), most_by_draw(records, "one_gpu_experts")
+    return {key: (statistics.mean(draws), statistics.mean(one_gpu[key])) for key, draws in busiest.items()}
 
 
 def _us(value) -> str:
