@@ -272,7 +272,10 @@ __device__ __forceinline__ GemvWork route_small_batch_in_cta(ExpertGemmArgs& arg
   int* pair_rows = pair_experts + 3 * kSmallBatchPairs;
   int* mine = pair_rows + kSmallBatchPairs;   // the CTA's expert, first row, row count
   int* counts = mine + kSmallRouteOwnWords;   // [E], [E + 1]: the workspace writer's scratch
-  select_batch_pairs(source, args.num_tokens, args.top_k, pair_experts, pair_weights, candidates);
+  // Only the routing's writer needs the weights (the un-permute applies them): the other CTAs skip
+  // their arithmetic, which would sit between the picks and the first weight load.
+  select_batch_pairs(source, args.num_tokens, args.top_k, pair_experts, write_workspace ? pair_weights : nullptr,
+                     candidates);
   if (threadIdx.x == 0) mine[0] = -1, mine[1] = mine[2] = 0;  // no expert, unless warp 0 finds one
   __syncthreads();
   if (warp == 0) rank_small_batch(pair_experts, pairs, slot, pair_rows, sorted_pairs, mine);

@@ -120,12 +120,17 @@ __device__ __forceinline__ Pick slice_top_k(const float* row, int num_experts, i
 
 // Lane s < k of the warp holding a token's picks writes pick s (through `local_experts` where
 // given) and its weight: the softmax over the k picked logits, or the picked scores over their sum
-// times routed_scaling (RouterMath), into experts[token k + s] and weights[token k + s]. The raw
+// times routed_scaling (RouterMath), into experts[token k + s] and weights[token k + s] (only the
+// experts where `weights` is null: a caller that needs no weights skips their arithmetic). The raw
 // logit is reread (L1: the row was just read): a NaN logit makes NaN weights, as in the reference.
 template <bool kScored>
 __device__ __forceinline__ void write_token_picks(const float* row, int token, int top_k, int my_expert, int* experts,
                                                   float* weights, const RouterMath& router, const int* local_experts) {
   const int lane = threadIdx.x % 32;
+  if (weights == nullptr) {
+    if (lane < top_k) experts[token * top_k + lane] = local_experts ? local_experts[my_expert] : my_expert;
+    return;
+  }
   const float my_logit = lane < top_k ? row[my_expert] : 0.0f;
   float e;
   if constexpr (kScored) {
@@ -288,17 +293,18 @@ __device__ __forceinline__ void select_batch_experts(const float* logits, int nu
 
 // Pair `pair` of the caller's top-k (RouteInput::topk_ids and topk_weights) as a local expert (-1
 // for an id outside [0, routed_experts) or one the map gives -1) and its weight, into experts[pair]
-// and weights[pair].
+// and weights[pair] (where `weights` is not null).
 __device__ __forceinline__ void take_given_pair(const RouteInput& in, int pair, int* experts, float* weights) {
   const long long id =
       in.ids_int64 ? static_cast<const long long*>(in.topk_ids)[pair] : static_cast<const int*>(in.topk_ids)[pair];
   const int expert = id >= 0 && id < in.routed_experts ? static_cast<int>(id) : -1;
-  weights[pair] = in.topk_weights[pair];
+  if (weights) weights[pair] = in.topk_weights[pair];
   experts[pair] = expert >= 0 && in.local_experts ? in.local_experts[expert] : expert;
 }
 
-// Every pair's local expert and weight by the whole CTA, from the logits (select_batch_experts) or
-// the caller's top-k (take_given_pair). Every thread calls it; the caller synchronises after.
+// Every pair's local expert and weight (no weights where `weights` is null) by the whole CTA, from
+// the logits (select_batch_experts) or the caller's top-k (take_given_pair). Every thread calls it;
+// the caller synchronises after.
 __device__ __forceinline__ void select_batch_pairs(const RouteInput& in, int num_tokens, int top_k, int* experts,
                                                    float* weights, uint2* candidates) {
   if (in.logits) {
