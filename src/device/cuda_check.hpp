@@ -21,19 +21,22 @@ inline void cuda_check(cudaError_t status, const std::string& what) {
 
 // Launches `kernel` with programmatic stream serialization: it may start while the previous kernel
 // on the stream drains, and waits in griddepcontrol.wait (every mxmoe kernel does) before reading
-// what that kernel wrote. Inside a CUDA graph the dependency becomes a programmatic edge.
+// what that kernel wrote. Inside a CUDA graph the dependency becomes a programmatic edge. CTAs are
+// grouped in clusters of `cluster` where that is more than one CTA.
 inline void launch_programmatic(const void* kernel, dim3 grid, dim3 block, void** args, size_t smem,
-                                cudaStream_t stream, const std::string& what) {
-  cudaLaunchAttribute attribute{};
-  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute.val.programmaticStreamSerializationAllowed = 1;
+                                cudaStream_t stream, const std::string& what, dim3 cluster = dim3(1, 1, 1)) {
+  cudaLaunchAttribute attributes[2] = {};
+  attributes[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attributes[0].val.programmaticStreamSerializationAllowed = 1;
+  attributes[1].id = cudaLaunchAttributeClusterDimension;
+  attributes[1].val.clusterDim = {cluster.x, cluster.y, cluster.z};
   cudaLaunchConfig_t config{};
   config.gridDim = grid;
   config.blockDim = block;
   config.dynamicSmemBytes = smem;
   config.stream = stream;
-  config.attrs = &attribute;
-  config.numAttrs = 1;
+  config.attrs = attributes;
+  config.numAttrs = cluster.x * cluster.y * cluster.z > 1 ? 2 : 1;
   cuda_check(cudaLaunchKernelExC(&config, kernel, args), what);
 }
 

@@ -119,6 +119,25 @@ __device__ __forceinline__ int load_acquire(const int* flag) {
 __device__ __forceinline__ void wait_for_prerequisite_grids() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
 __device__ __forceinline__ void allow_dependent_grids() { asm volatile("griddepcontrol.launch_dependents;\n" ::); }
 
+// Thread block clusters (sm_90 and later): every thread of every CTA of the cluster arrives, then
+// waits until all have; shared-memory writes before it are visible to the cluster's reads after it.
+__device__ __forceinline__ void cluster_barrier() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;\n" ::: "memory");
+}
+__device__ __forceinline__ unsigned cluster_rank() {
+  unsigned rank;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
+  return rank;
+}
+// The float at `p` (this CTA's shared memory) in the shared memory of the cluster's CTA `rank`.
+__device__ __forceinline__ float load_cluster_shared(const float* p, unsigned rank) {
+  unsigned address;
+  float v;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(address) : "r"(shared_address(p)), "r"(rank));
+  asm volatile("ld.shared::cluster.f32 %0, [%1];\n" : "=f"(v) : "r"(address) : "memory");
+  return v;
+}
+
 __device__ __forceinline__ unsigned bf16x2_mul(unsigned a, unsigned b) {
   unsigned d;
   asm("mul.rn.bf16x2 %0, %1, %2;\n" : "=r"(d) : "r"(a), "r"(b));

@@ -35,6 +35,12 @@ constexpr int gemv_smem_bytes(int tokens, int rows, int k_tiles, int k_split, in
   return gemv_staging_bytes(tokens, rows, k_tiles, k_split) + columns * (warps_k - 1) * 32 * tokens / 2 * 4;
 }
 
+// The token-sum GEMV's (expert_gemv_token_sum_kernel): the GEMV's for one staged row in one K split,
+// then its pair's weighted outputs (columns x 16 fp32), which its cluster reads.
+constexpr int gemv_token_sum_smem_bytes(int k_tiles, int columns, int warps_k) {
+  return gemv_smem_bytes(8, 1, k_tiles, 1, columns, warps_k) + columns * 16 * 4;
+}
+
 }  // namespace mxmoe::kernels
 
 #if defined(__CUDACC__)
@@ -100,13 +106,23 @@ __device__ __forceinline__ void stream_records(float (&acc)[kTokens / 8][4], Rec
 template <int kColumns, int kWarpsK, int kUnroll>
 constexpr int kGemvMinBlocks = kUnroll <= 2 && 768 / (kColumns * kWarpsK * 32) > 1 ? 768 / (kColumns * kWarpsK * 32) : 1;
 
+// Where gemv_columns puts a column's finished 8-token group: the stage's output rows.
+struct StoreStageRows {
+  __device__ __forceinline__ void operator()(const ExpertGemmArgs& args, const GemvWork& w, const float (&acc)[4],
+                                             int row_tile, int first_row, int tokens, int split, bool fc1) const {
+    store_accumulators(args, acc, w.expert, row_tile, first_row, tokens, split, fc1);
+  }
+};
+
 // One GEMV CTA's work: the kColumns record columns of column group `group` of the expert in `w`,
 // over all its rows in passes of kTokens. `inputs_ready()` runs once every warp has issued its
 // first weight batch and before the activations are staged, and must end with the whole CTA able
 // to read the inputs (the standalone FC2 waits on FC1 there, the fused layer on its counters).
-template <int kColumns, int kWarpsK, int kTokens, int kUnroll, typename InputsReady>
+// `store` takes each column's finished 8-token groups (StoreStageRows' arguments).
+template <int kColumns, int kWarpsK, int kTokens, int kUnroll, typename InputsReady, typename Store = StoreStageRows>
 __device__ __forceinline__ void gemv_columns(const ExpertGemmArgs& args, const GemvWork& w, int group, int split,
-                                             bool fc1, GemvOptions options, InputsReady inputs_ready) {
+                                             bool fc1, GemvOptions options, InputsReady inputs_ready,
+                                             Store store = {}) {
   static_assert(kTokens == 8 || kTokens == 16, "8 or 16 tokens per pass");
   constexpr int kAccumulators = kTokens / 8 * 4;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -163,7 +179,7 @@ __device__ __forceinline__ void gemv_columns(const ExpertGemmArgs& args, const G
     if (!streams) continue;
 #pragma unroll
     for (int t = 0; t < kTokens / 8; ++t) {
-      store_accumulators(args, acc[t], w.expert, row_tile, w.first_row + pass + 8 * t, tokens - 8 * t, split, fc1);
+      store(args, w, acc[t], row_tile, w.first_row + pass + 8 * t, tokens - 8 * t, split, fc1);
     }
   }
 }
@@ -196,6 +212,75 @@ __global__ void __launch_bounds__(kColumns * kWarpsK * 32, (kGemvMinBlocks<kColu
       allow_dependent_grids();
     }
   });
+}
+
+// Where the token-sum GEMV puts a column's finished group: the pair's one row (token 0 of the
+// group; lanes 4 g hold its rows g and g + 8), with its bias and times its routing weight, into
+// `sums` [kColumns x 16], at the column's place in the CTA.
+struct StoreWeightedPairRow {
+  float* sums;
+  float weight;
+  int first_row_tile;
+  __device__ __forceinline__ void operator()(const ExpertGemmArgs& args, const GemvWork& w, const float (&acc)[4],
+                                             int row_tile, int, int, int, bool) const {
+    const int lane = threadIdx.x % 32;
+    if (lane % 4 != 0) return;
+    const RowBias bias = row_bias(args, w.expert, row_tile);
+    float* row = sums + (row_tile - first_row_tile) * kRecordRows + lane / 4;
+    row[0] = weight * (acc[0] + bias.low);
+    row[8] = weight * (acc[2] + bias.high);
+  }
+};
+
+// FC2 of a few tokens with the weighted un-permute in it. CTA (x, y) runs column group x of pair y's
+// expert for that pair's one row (a GEMV CTA of one staged row, one K split); the top_k CTAs of a
+// token are one cluster (cluster dims 1 x top_k: pair y is slot y % top_k of token y / top_k),
+// whose first CTA adds their weighted rows in slot order from distributed shared memory and writes
+// the token's bf16 outputs. So FC2's rows never go to global memory and no un-permute launch
+// follows (~1.7 us of a 1-token layer: the launch waits for all of FC2, then reads its rows back).
+// A pair of no expert adds nothing. Budget: the GEMV's (each pair's expert's records once: an
+// expert two tokens pick is streamed twice, so the heuristic takes this only where pairs are
+// nearly all distinct), plus top_k x kColumns x 16 fp32 of distributed shared memory and
+// kColumns x 16 bf16 outputs a cluster.
+template <int kColumns, int kWarpsK, int kUnroll>
+__global__ void __launch_bounds__(kColumns * kWarpsK * 32, (kGemvMinBlocks<kColumns, kWarpsK, kUnroll>))
+    expert_gemv_token_sum_kernel(ExpertGemmArgs args, GemvOptions options, unsigned short* out) {
+  constexpr int kOutputs = kColumns * kRecordRows;
+  const int pair = blockIdx.y;
+  // The routing is complete before FC2 starts (FC1 waited for it, or wrote it, before letting FC2
+  // launch): loaded together before the wait on FC1.
+  const int row = args.route.pair_rows[pair], local_expert = args.route.topk_experts[pair];
+  const float weight = args.route.topk_weights[pair];
+  const GemvWork w = gemv_work_of(args, row < 0 ? -1 : local_expert, row, 1, 0, 1);
+  float* sums = reinterpret_cast<float*>(
+      dynamic_smem() + gemv_smem_bytes(8, args.staged_rows, args.k_tiles, 1, kColumns, kWarpsK));
+  if (threadIdx.x < kOutputs) sums[threadIdx.x] = 0.0f;  // a pair of no expert, or rows past the matrix's
+  auto inputs_ready = [] {
+    wait_for_prerequisite_grids();  // FC1's activations (and, for a pair of no expert, `out` free to write)
+    allow_dependent_grids();
+  };
+  if (w.expert < 0) {
+    inputs_ready();
+  } else {
+    gemv_columns<kColumns, kWarpsK, 8, kUnroll>(args, w, blockIdx.x, 0, false, options, inputs_ready,
+                                               StoreWeightedPairRow{sums, weight, blockIdx.x * kColumns});
+  }
+  cluster_barrier();  // every slot's weighted rows are in its CTA's shared memory
+  if (cluster_rank() == 0 && threadIdx.x < kOutputs) {
+    const int column = blockIdx.x * kOutputs + threadIdx.x;
+    float slot_rows[8];  // top_k <= 8: all loads in flight before the first add
+#pragma unroll
+    for (int slot = 0; slot < 8; ++slot) {
+      if (slot < args.top_k) slot_rows[slot] = load_cluster_shared(sums + threadIdx.x, slot);
+    }
+    float sum = 0.0f;
+#pragma unroll
+    for (int slot = 0; slot < 8; ++slot) {
+      if (slot < args.top_k) sum += slot_rows[slot];
+    }
+    if (column < args.rows) out[static_cast<long long>(pair / args.top_k) * args.rows + column] = float_to_bf16_bits(sum);
+  }
+  cluster_barrier();  // no CTA leaves while the first still reads its shared memory
 }
 
 }  // namespace mxmoe::kernels

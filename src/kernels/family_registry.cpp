@@ -7,9 +7,9 @@
 namespace mxmoe {
 
 std::span<const KernelFamily* const> kernel_families() {
-  static const KernelFamily* const families[] = {&gemv_ring_family(), &gemv_family(), &fused_layer_family(),
-                                                 &gemv_streamk_family(), &mma_tile_family(),
-                                                 &wgmma_family(), &block_scaled_tile_family()};
+  static const KernelFamily* const families[] = {&gemv_ring_family(),    &gemv_family(),     &gemv_token_sum_family(),
+                                                 &fused_layer_family(),  &gemv_streamk_family(), &mma_tile_family(),
+                                                 &wgmma_family(),        &block_scaled_tile_family()};
   return families;
 }
 

@@ -15,8 +15,8 @@ const KernelFamily* family_by_prefix(std::string_view prefix);
 
 // Each family's one object, defined by its unit (src/kernels/<kernel>_family.cpp): what a tactic
 // made in code names as its family (Tactic::family).
-const KernelFamily &gemv_ring_family(), &gemv_family(), &fused_layer_family(), &gemv_streamk_family(),
-    &mma_tile_family(), &wgmma_family(), &block_scaled_tile_family();
+const KernelFamily &gemv_ring_family(), &gemv_family(), &gemv_token_sum_family(), &fused_layer_family(),
+    &gemv_streamk_family(), &mma_tile_family(), &wgmma_family(), &block_scaled_tile_family();
 
 // Throws Error naming `what` where `t` has no family (a Tactic made by hand; parse_tactic's, the
 // tactic table's and the heuristic's always have one). For the places a tactic comes in from a

@@ -43,6 +43,7 @@ std::string KernelFamily::why_invalid(const Tactic& t, const Arch& arch, const S
   }
   if (std::string why = why_invalid_on(t, arch); !why.empty()) return why;
   if (!shape) return t.k_split == 1 ? "" : "a table entry has k_split 1 (the split is a launch parameter)";
+  if (std::string why = why_invalid_at(t, *shape); !why.empty()) return why;
   const bool splits = shape->stage == Stage::kFc2 && why_no_k_split().empty();
   const int max_split = splits ? std::min(kMaxKSplit, shape->k_tiles()) : 1;
   if (t.k_split < 1 || t.k_split > max_split) {
@@ -75,7 +76,7 @@ kernels::ExpertGemmArgs KernelFamily::stage_arguments(const ExpertLaunch& l, con
 
 void KernelFamily::launch_kernel(const ExpertLaunch& l, void** params, cudaStream_t stream) {
   launch_programmatic(l.kernel, l.geometry.grid, dim3(l.geometry.threads), params,
-                      static_cast<size_t>(l.geometry.smem_bytes), stream, l.what);
+                      static_cast<size_t>(l.geometry.smem_bytes), stream, l.what, l.geometry.cluster);
 }
 
 void KernelFamily::launch(const ExpertLaunch& l, const kernels::LayerArgs& args, cudaStream_t stream) const {

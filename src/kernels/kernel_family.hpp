@@ -62,6 +62,7 @@ std::string kernel_argument(int value);
 // stages (ExpertGemmArgs::staged_rows).
 struct LaunchGeometry {
   dim3 grid;
+  dim3 cluster = dim3(1, 1, 1);  // CTAs a cluster
   int threads = 0;
   int smem_bytes = 0;
   int staged_rows = 0;
@@ -108,6 +109,9 @@ class KernelFamily {
 
   // Whether a plan of it runs FC1, FC2 and the un-permute in one launch.
   virtual bool whole_layer() const { return false; }
+  // Whether its FC2 launch writes the layer's output (the weighted un-permute in its kernel), so
+  // that no un-permute launch follows it.
+  virtual bool writes_layer_output() const { return whole_layer(); }
   // Whether its kernels may route a batch of at most kSmallBatchPairs pairs themselves, from the
   // router logits (expert_gemm.cuh, route_small_batch_in_cta), with no routing launch before them.
   virtual bool routes_small_batches() const { return false; }
@@ -161,6 +165,9 @@ class KernelFamily {
 
   // The family's own rules on `t` and `arch`: empty when it may run there.
   virtual std::string why_invalid_on(const Tactic& t, const Arch& arch) const = 0;
+  // Its rules on `t` as the tactic of `shape`'s stage beyond the shared ones (the K split, the
+  // shared memory): empty when it may run it.
+  virtual std::string why_invalid_at(const Tactic&, const StageShape&) const { return {}; }
   // Why the family takes no K split; empty when it does (FC2's partial sums added by the un-permute).
   virtual std::string_view why_no_k_split() const { return {}; }
 };

@@ -46,6 +46,7 @@ LayerLaunch make_layer_launch(const MoeShape& shape, const Arch& arch, const Lay
   } else {
     l.expert_launches.push_back(expert_launch(plan.fc1, fc1, fc1_kernels.fc1, "FC1"));
     l.expert_launches.push_back(expert_launch(plan.fc2, fc2, fc2_kernels.fc2, "FC2"));
+    l.unpermute_launch = !plan.fc2.family->writes_layer_output();
   }
   for (const auto& [stage, t] : {std::pair{0, &plan.fc1}, std::pair{1, &plan.fc2}}) {
     l.tile_offsets_index[stage] = kernels::tile_size_index(t->tile_tokens);

@@ -37,6 +37,18 @@ constexpr double kDecodeMaxTouched = 12;
 // to 384 (gpt-oss T = 1-2, DeepSeek-V4-Flash T = 1-2).
 constexpr double kDecodeWaveCtas = 396;
 
+// Up to this many tokens a self-routed batch's FC2 sums each token's experts itself (the token-sum
+// GEMV of the same CTA, no un-permute launch); past it the pairs' shared experts, which it streams
+// once a pair, cost more than the launch (docs/performance.md, "The heuristic's decisions").
+constexpr int kTokenSumTokens = 2;
+
+// The token-sum GEMV of the decode GEMV `gemv`'s CTA.
+Tactic token_sum(const Tactic& gemv) {
+  Tactic t = gemv;
+  t.family = &gemv_token_sum_family();
+  return t;
+}
+
 // The CTAs of a decode GEMV `t` over `touched` experts of `rows` weight rows.
 double gemv_ctas(const Tactic& t, double touched, int rows) { return touched * ((rows + t.tile_rows - 1) / t.tile_rows); }
 
@@ -114,7 +126,11 @@ LayerPlan heuristic_plan(const MoeShape& shape, int num_tokens, const Arch& arch
     const bool few = touched <= kDecodeMaxTouched;
     if (few && gemv_ctas(gemv.fc1, touched, shape.fc1_rows()) <= kDecodeWaveCtas) {
       const double share = touched_of(std::max(routed_experts, shape.num_experts));
-      return {decode_gemv(share, shape.fc1_rows()), decode_gemv(share, shape.hidden)};
+      LayerPlan plan{decode_gemv(share, shape.fc1_rows()), decode_gemv(share, shape.hidden)};
+      const Tactic summed = token_sum(plan.fc2);
+      const StageShape fc2{shape, Stage::kFc2};
+      if (num_tokens <= kTokenSumTokens && summed.family->why_invalid(summed, arch, &fc2).empty()) plan.fc2 = summed;
+      return plan;
     }
     if (fits(kStreamK)) return {kStreamK, kStreamK};
     return few ? gemv : LayerPlan{kGemvWide, kGemvWide};
@@ -127,7 +143,8 @@ LayerPlan heuristic_plan(const MoeShape& shape, int num_tokens, const Arch& arch
 
 std::vector<Tactic> default_tactics() {
   const KernelFamily& mma = mma_tile_family();
-  return {kGemvFewFc1,  kGemvFewFc2,  kGemvWide,    kStreamK,     kStreamK16,
+  return {kGemvFewFc1,  kGemvFewFc2,  kGemvWide,    token_sum(kGemvFewFc1), token_sum(kGemvFewFc2),
+          token_sum(kGemvWide), kStreamK, kStreamK16,
           row_tile_for(mma, 16), row_tile_for(mma, 32), row_tile_for(mma, 64), row_tile_for(mma, 128),
           kWgmma32,     kWgmma64,     kWgmma96,
           kWgmmaPrefill, kWgmma144, kWgmmaWide};

@@ -31,6 +31,7 @@ BrokenRule first_broken_rule(const Tactic& t, const Arch& arch) {
   // Fields a family's names do not spell keep their defaults (1 warp, 0 records or stages).
   const std::map<std::string, std::vector<int Tactic::*>> unspelled = {
       {"gemv", {&Tactic::warps_tokens, &Tactic::smem_stages}},
+      {"gemvsum", {&Tactic::warps_tokens, &Tactic::smem_stages}},
       {"fused", {&Tactic::warps_tokens, &Tactic::smem_stages}},
       {"sk", {&Tactic::warps_tokens, &Tactic::warps_k, &Tactic::smem_stages}},
       {"ring", {&Tactic::warps_tokens, &Tactic::warps_k, &Tactic::batch_records}},
@@ -94,6 +95,7 @@ BrokenRule first_broken_rule(const Tactic& t, const Arch& arch) {
   if (family != "mma") {
     if (t.warps_k != 1 && t.warps_k != 2 && t.warps_k != 4) return {"1, 2 or 4 warps along K", "along K"};
     if (t.batch_records < 1 || t.batch_records > 16) return {"1 to 16 records in flight per lane", "in flight"};
+    if (family == "gemvsum" && t.tile_tokens != 8) return {"one staged row a CTA", "8 tokens"};
     return {};
   }
   if (t.tile_rows % (16 * t.warps_rows) != 0) return {"whole 16-row records per warp", "16-row records"};
@@ -334,6 +336,39 @@ TEST(ValidatePlan, FusedTacticIsTheWholeLayer) {
   EXPECT_THROW(validate_plan(shape, {stream_k, parse_tactic("sk.r384x8.w24.u2.k2")}, sm90), Error);
 }
 
+// The token-sum GEMV is an FC2 tactic that writes the layer's output (no un-permute launch): refused
+// as FC1, with a K split, and where a token's pairs would be a cluster of more than 8 CTAs.
+TEST(ValidatePlan, TokenSumGemvIsFc2OnlyAndWritesTheOutput) {
+  const Arch& sm90 = arch_by_name("sm_90a");
+  const Tactic gemv = parse_tactic("gemv.r64x8.w4x2.u2.k1"), summed = parse_tactic("gemvsum.r64x8.w4x2.u2.k1");
+  EXPECT_EQ(summed.family, &gemv_token_sum_family());
+  EXPECT_TRUE(summed.family->writes_layer_output());
+  EXPECT_FALSE(gemv.family->writes_layer_output());
+  EXPECT_TRUE(parse_tactic("fused.r64x8.w4x2.u2.k1").family->writes_layer_output());
+  EXPECT_FALSE((LayerPlan{gemv, summed}.whole_layer()));
+  EXPECT_TRUE(can_route_in_expert_kernels({gemv, summed}, 1, 6));
+  for (const char* model : {"gpt-oss-20b", "deepseek-v4-flash", "deepseek-v4-pro"}) {
+    const MoeShape shape = model_shape(model);
+    EXPECT_NO_THROW(validate_plan(shape, {gemv, summed}, sm90)) << model;
+    auto refusal = [&](const LayerPlan& plan) {
+      try {
+        validate_plan(shape, plan, sm90);
+      } catch (const Error& e) {
+        return std::string(e.what());
+      }
+      return std::string();
+    };
+    EXPECT_NE(refusal({summed, summed}).find("FC2 only"), std::string::npos) << model;
+    EXPECT_NE(refusal({gemv, parse_tactic("gemvsum.r64x8.w4x2.u2.k2")}).find("one cluster"), std::string::npos);
+    MoeShape wide_top_k = shape;
+    wide_top_k.top_k = 9;
+    const StageShape fc2{wide_top_k, Stage::kFc2};
+    EXPECT_NE(summed.family->why_invalid(summed, sm90, &fc2).find("at most 8"), std::string::npos) << model;
+  }
+  const Tactic sixteen = parse_tactic("gemvsum.r64x16.w4x2.u2.k1");
+  EXPECT_NE(sixteen.family->why_invalid(sixteen, sm90).find("8 tokens"), std::string::npos);
+}
+
 // A small batch under two GEMV tactics may be routed by the expert kernels themselves (no routing
 // launch): up to 32 pairs, whatever the K split; never under another family.
 TEST(CanRouteInExpertKernels, SmallBatchUnderGemvPlansOnly) {
@@ -363,8 +398,8 @@ struct Pin {
 // The heuristic's choices, pinned: rows per expert expected ceil(T k / E), worst case T.
 TEST(Heuristic, PinnedChoices) {
   const Pin pins[] = {
-      {"gpt-oss-20b", 1, "gemv.r64x8.w4x2.u2.k1", "gemv.r32x8.w2x4.u2.k1"},   // 4 experts touched
-      {"gpt-oss-20b", 2, "gemv.r128x8.w8x1.u2.k1", "gemv.r64x8.w4x2.u2.k1"},  // ~7.5
+      {"gpt-oss-20b", 1, "gemv.r64x8.w4x2.u2.k1", "gemvsum.r32x8.w2x4.u2.k1"},   // 4 experts touched
+      {"gpt-oss-20b", 2, "gemv.r128x8.w8x1.u2.k1", "gemvsum.r64x8.w4x2.u2.k1"},  // ~7.5
       {"gpt-oss-20b", 3, "sk.r384x8.w24.u2.k1", "sk.r384x8.w24.u2.k1"},  // ~10.6, but 478 CTAs of 128 rows
       {"gpt-oss-20b", 4, "sk.r384x8.w24.u2.k1", "sk.r384x8.w24.u2.k1"},  // ~13.2
       {"gpt-oss-20b", 8, "sk.r384x8.w24.u2.k1", "sk.r384x8.w24.u2.k1"},
@@ -384,8 +419,8 @@ TEST(Heuristic, PinnedChoices) {
       {"gpt-oss-20b", 1144, "wgmma.r256x144.w8.s6.k1", "wgmma.r256x144.w8.s6.k1"}, // 143
       {"gpt-oss-20b", 1145, "wgmma.r128x256.w8.s4.k1", "wgmma.r128x256.w8.s4.k1"}, // 144: 256 tokens a tile
       {"gpt-oss-20b", 4096, "wgmma.r128x256.w8.s4.k1", "wgmma.r128x256.w8.s4.k1"},
-      {"gpt-oss-120b", 1, "gemv.r64x8.w4x2.u2.k1", "gemv.r32x8.w2x4.u2.k1"},
-      {"gpt-oss-120b", 2, "gemv.r128x8.w8x1.u2.k1", "gemv.r64x8.w4x2.u2.k1"},  // ~7.9 touched: 355 CTAs
+      {"gpt-oss-120b", 1, "gemv.r64x8.w4x2.u2.k1", "gemvsum.r32x8.w2x4.u2.k1"},
+      {"gpt-oss-120b", 2, "gemv.r128x8.w8x1.u2.k1", "gemvsum.r64x8.w4x2.u2.k1"},  // ~7.9 touched: 355 CTAs
       {"gpt-oss-120b", 3, "sk.r384x8.w24.u2.k1", "sk.r384x8.w24.u2.k1"},       // ~11.6: 522 CTAs
       {"gpt-oss-120b", 64, "sk.r384x8.w24.u2.k1", "sk.r384x8.w24.u2.k1"},   // expected 2 rows
       {"gpt-oss-120b", 128, "sk.r384x8.w24.u2.k1", "sk.r384x8.w24.u2.k1"},  // expected 4 rows
@@ -404,8 +439,8 @@ TEST(Heuristic, PinnedChoices) {
       {"gpt-oss-120b", 4577, "wgmma.r128x256.w8.s4.k1", "wgmma.r128x256.w8.s4.k1"},
       // Decode GEMVs by grid size: 6 experts of 4096 FC1 rows are 192 CTAs of 128 rows, 384 of 64;
       // past one resident wave (396 CTAs) the stream-K GEMV.
-      {"deepseek-v4-flash", 1, "gemv.r64x8.w4x2.u2.k1", "gemv.r64x8.w4x2.u2.k1"},
-      {"deepseek-v4-flash", 2, "gemv.r128x8.w8x1.u2.k1", "gemv.r128x8.w8x1.u2.k1"},  // ~11.8 touched: 377
+      {"deepseek-v4-flash", 1, "gemv.r64x8.w4x2.u2.k1", "gemvsum.r64x8.w4x2.u2.k1"},
+      {"deepseek-v4-flash", 2, "gemv.r128x8.w8x1.u2.k1", "gemvsum.r128x8.w8x1.u2.k1"},  // ~11.8 touched: 377
       {"deepseek-v4-flash", 3, "sk.r384x8.w24.u2.k1", "sk.r384x8.w24.u2.k1"},
       {"deepseek-v4-pro", 1, "sk.r384x8.w24.u2.k1", "sk.r384x8.w24.u2.k1"},  // FC1 576 CTAs of 64 rows
       {"deepseek-v4-pro", 2, "sk.r384x8.w24.u2.k1", "sk.r384x8.w24.u2.k1"},  // FC1 571 of 128 rows
@@ -432,9 +467,9 @@ TEST(Heuristic, ExpertParallelShardSizesItsGemvsForItsShareOfThePairs) {
     const char* fc2;
   };
   const Pin pins[] = {
-      {"gpt-oss-20b", 2, "gemv.r64x8.w4x2.u2.k1", "gemv.r32x8.w2x4.u2.k1"},  // whole batch: r128/r64, 315 CTAs
-      {"gpt-oss-120b", 2, "gemv.r64x8.w4x2.u2.k1", "gemv.r32x8.w2x4.u2.k1"},  // whole batch: r128/r64, 349
-      {"deepseek-v4-flash", 2, "gemv.r64x8.w4x2.u2.k1", "gemv.r64x8.w4x2.u2.k1"},  // whole batch: r128, 375
+      {"gpt-oss-20b", 2, "gemv.r64x8.w4x2.u2.k1", "gemvsum.r32x8.w2x4.u2.k1"},  // whole batch: r128/r64, 315 CTAs
+      {"gpt-oss-120b", 2, "gemv.r64x8.w4x2.u2.k1", "gemvsum.r32x8.w2x4.u2.k1"},  // whole batch: r128/r64, 349
+      {"deepseek-v4-flash", 2, "gemv.r64x8.w4x2.u2.k1", "gemvsum.r64x8.w4x2.u2.k1"},  // whole batch: r128, 375
       {"gpt-oss-120b", 4, "sk.r384x8.w24.u2.k1", "sk.r384x8.w24.u2.k1"},  // all 16 pairs here: 14.5 touched
       {"deepseek-v4-flash", 4, "sk.r384x8.w24.u2.k1", "sk.r384x8.w24.u2.k1"},
       {"gpt-oss-120b", 4096, "wgmma.r128x256.w8.s4.k1", "wgmma.r128x256.w8.s4.k1"},  // 256 rows an expert

@@ -173,9 +173,10 @@ inline void expect_close(const std::vector<Bf16>& gpu, const std::vector<float>&
 }
 
 // Every valid tactic of this device's arch whose family takes `activations` (FP8: the bf16 families
-// but the whole-layer ones, validate_plan), for both stages (a whole-layer one is the whole layer),
-// FC2 K splits (as many as FC2's K tiles allow), and for bf16 the runner's own choice (nullopt; the
-// test layers' runners take bf16 activations).
+// but the whole-layer ones, validate_plan), for both stages (a whole-layer one is the whole layer;
+// an FC2-only one, the token-sum GEMV, after the GEMV FC1 of its CTA), FC2 K splits (as many as
+// FC2's K tiles allow), and for bf16 the runner's own choice (nullopt; the test layers' runners
+// take bf16 activations).
 inline std::vector<std::pair<std::string, std::optional<LayerPlan>>> plans_to_test(
     const MoeShape& shape, ActivationFormat activations = ActivationFormat::kBf16) {
   std::vector<std::pair<std::string, std::optional<LayerPlan>>> plans;
@@ -189,8 +190,13 @@ inline std::vector<std::pair<std::string, std::optional<LayerPlan>>> plans_to_te
     const bool takes = activations == ActivationFormat::kFp8
                            ? t.family->why_no_fp8(t, Stage::kFc1).empty() && t.family->why_no_fp8(t, Stage::kFc2).empty()
                            : activations_of(t) == activations;
-    if (!takes || !t.family->why_invalid(t, arch, &fc1).empty() ||
-        !t.family->why_invalid(t, arch, &fc2).empty()) {
+    if (!takes || !t.family->why_invalid(t, arch, &fc2).empty()) continue;
+    if (!t.family->why_invalid(t, arch, &fc1).empty()) {
+      Tactic gemv = t;
+      gemv.family = &gemv_family();
+      if (t.family == &gemv_token_sum_family() && gemv.family->why_invalid(gemv, arch, &fc1).empty()) {
+        plans.emplace_back(gemv.name() + "+fc2." + t.name(), LayerPlan{gemv, t, activations});
+      }
       continue;
     }
     plans.emplace_back(t.name(), LayerPlan{t, t, activations});
