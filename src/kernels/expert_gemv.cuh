@@ -247,6 +247,7 @@ __global__ void __launch_bounds__(kColumns * kWarpsK * 32, (kGemvMinBlocks<kColu
     expert_gemv_token_sum_kernel(ExpertGemmArgs args, GemvOptions options, unsigned short* out) {
   constexpr int kOutputs = kColumns * kRecordRows;
   const int pair = blockIdx.y;
+  if (pair >= args.num_tokens * args.top_k) return;  // a grid made for a larger batch: the whole cluster
   // The routing is complete before FC2 starts (FC1 waited for it, or wrote it, before letting FC2
   // launch): loaded together before the wait on FC1.
   const int row = args.route.pair_rows[pair], local_expert = args.route.topk_experts[pair];
