@@ -62,10 +62,10 @@ std::string kernel_argument(int value);
 // stages (ExpertGemmArgs::staged_rows).
 struct LaunchGeometry {
   dim3 grid;
-  dim3 cluster = dim3(1, 1, 1);  // CTAs a cluster
   int threads = 0;
   int smem_bytes = 0;
   int staged_rows = 0;
+  dim3 cluster = dim3(1, 1, 1);  // CTAs a cluster
 };
 
 // Empty when `t`'s CTA has 1 to 16 warps (the limit of every family but the stream-K GEMV).

@@ -37,10 +37,12 @@ constexpr double kDecodeMaxTouched = 12;
 // to 384 (gpt-oss T = 1-2, DeepSeek-V4-Flash T = 1-2).
 constexpr double kDecodeWaveCtas = 396;
 
-// Up to this many tokens a self-routed batch's FC2 sums each token's experts itself (the token-sum
-// GEMV of the same CTA, no un-permute launch); past it the pairs' shared experts, which it streams
-// once a pair, cost more than the launch (docs/performance.md, "The heuristic's decisions").
+// Up to kTokenSumTokens tokens, at a top-k of at most kTokenSumTopK, a self-routed batch's FC2 sums
+// each token's experts itself (the token-sum GEMV of the same CTA, a cluster a token, no un-permute
+// launch): 0.8-1.2 us faster on gpt-oss's top-4 at T = 1-2, 4.4-8 us slower on DeepSeek-V4-Flash's
+// top-6 (docs/performance.md, "The heuristic's decisions").
 constexpr int kTokenSumTokens = 2;
+constexpr int kTokenSumTopK = 4;
 
 // The token-sum GEMV of the decode GEMV `gemv`'s CTA.
 Tactic token_sum(const Tactic& gemv) {
@@ -129,7 +131,10 @@ LayerPlan heuristic_plan(const MoeShape& shape, int num_tokens, const Arch& arch
       LayerPlan plan{decode_gemv(share, shape.fc1_rows()), decode_gemv(share, shape.hidden)};
       const Tactic summed = token_sum(plan.fc2);
       const StageShape fc2{shape, Stage::kFc2};
-      if (num_tokens <= kTokenSumTokens && summed.family->why_invalid(summed, arch, &fc2).empty()) plan.fc2 = summed;
+      if (num_tokens <= kTokenSumTokens && shape.top_k <= kTokenSumTopK &&
+          summed.family->why_invalid(summed, arch, &fc2).empty()) {
+        plan.fc2 = summed;
+      }
       return plan;
     }
     if (fits(kStreamK)) return {kStreamK, kStreamK};

@@ -439,8 +439,8 @@ TEST(Heuristic, PinnedChoices) {
       {"gpt-oss-120b", 4577, "wgmma.r128x256.w8.s4.k1", "wgmma.r128x256.w8.s4.k1"},
       // Decode GEMVs by grid size: 6 experts of 4096 FC1 rows are 192 CTAs of 128 rows, 384 of 64;
       // past one resident wave (396 CTAs) the stream-K GEMV.
-      {"deepseek-v4-flash", 1, "gemv.r64x8.w4x2.u2.k1", "gemvsum.r64x8.w4x2.u2.k1"},
-      {"deepseek-v4-flash", 2, "gemv.r128x8.w8x1.u2.k1", "gemvsum.r128x8.w8x1.u2.k1"},  // ~11.8 touched: 377
+      {"deepseek-v4-flash", 1, "gemv.r64x8.w4x2.u2.k1", "gemv.r64x8.w4x2.u2.k1"},
+      {"deepseek-v4-flash", 2, "gemv.r128x8.w8x1.u2.k1", "gemv.r128x8.w8x1.u2.k1"},  // ~11.8 touched: 377
       {"deepseek-v4-flash", 3, "sk.r384x8.w24.u2.k1", "sk.r384x8.w24.u2.k1"},
       {"deepseek-v4-pro", 1, "sk.r384x8.w24.u2.k1", "sk.r384x8.w24.u2.k1"},  // FC1 576 CTAs of 64 rows
       {"deepseek-v4-pro", 2, "sk.r384x8.w24.u2.k1", "sk.r384x8.w24.u2.k1"},  // FC1 571 of 128 rows
@@ -469,7 +469,7 @@ TEST(Heuristic, ExpertParallelShardSizesItsGemvsForItsShareOfThePairs) {
   const Pin pins[] = {
       {"gpt-oss-20b", 2, "gemv.r64x8.w4x2.u2.k1", "gemvsum.r32x8.w2x4.u2.k1"},  // whole batch: r128/r64, 315 CTAs
       {"gpt-oss-120b", 2, "gemv.r64x8.w4x2.u2.k1", "gemvsum.r32x8.w2x4.u2.k1"},  // whole batch: r128/r64, 349
-      {"deepseek-v4-flash", 2, "gemv.r64x8.w4x2.u2.k1", "gemvsum.r64x8.w4x2.u2.k1"},  // whole batch: r128, 375
+      {"deepseek-v4-flash", 2, "gemv.r64x8.w4x2.u2.k1", "gemv.r64x8.w4x2.u2.k1"},  // whole batch: r128, 375
       {"gpt-oss-120b", 4, "sk.r384x8.w24.u2.k1", "sk.r384x8.w24.u2.k1"},  // all 16 pairs here: 14.5 touched
       {"deepseek-v4-flash", 4, "sk.r384x8.w24.u2.k1", "sk.r384x8.w24.u2.k1"},
       {"gpt-oss-120b", 4096, "wgmma.r128x256.w8.s4.k1", "wgmma.r128x256.w8.s4.k1"},  // 256 rows an expert
