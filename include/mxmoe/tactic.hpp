@@ -21,7 +21,7 @@ class KernelFamily;
 // fields, and the others keep the defaults below.
 struct Tactic {
   // The kernel family, set once where the tactic is made: by parse_tactic, the tactic table and
-  // the heuristic. Its prefix begins the name: "gemv", "sk", "ring", "fused", "mma", "wgmma",
+  // the heuristic. Its prefix begins the name: "gemv", "gemvsum", "sk", "ring", "fused", "mma", "wgmma",
   // "bsmma". A tactic without one (made by hand) has no name, plan or launch: those throw Error.
   const KernelFamily* family = nullptr;
   int tile_rows = 0;       // weight rows per CTA tile: whole 16-row records

@@ -1,4 +1,4 @@
-// Host-side rules shared by the GEMV-style families (gemv, sk, ring, fused), whose CTAs are record
+// Host-side rules shared by the GEMV-style families (gemv, gemvsum, sk, ring, fused), whose CTAs are record
 // columns, one 16-row record column per warp along the rows, over a tile of 8 or 16 tokens, as
 // expert_gemm.cuh's device helpers are shared by their kernels.
 #pragma once
