@@ -27,7 +27,8 @@ struct Tactic {
   int tile_rows = 0;       // weight rows per CTA tile: whole 16-row records
   int tile_tokens = 0;     // sorted token rows per tile (per pass of the GEMV-style families)
   int warps_rows = 1;      // warps along the weight rows
-  int warps_tokens = 1;    // warps along the tokens ("mma": its warp grid is warps_rows x warps_tokens)
+  int warps_tokens = 1;    // warps along the tokens ("mma": its warp grid is warps_rows x warps_tokens;
+                           // "gemvsum": the pairs a CTA, a group of warps_rows x warps_k warps each)
   int warps_k = 1;         // warps sharing a record column, each over a contiguous part of K
   int batch_records = 0;   // records per lane in one register batch, two batches in flight
   int smem_stages = 0;     // stages of a shared-memory pipeline ("mma": cp.async stages; "ring": slots)

@@ -304,24 +304,19 @@ struct GemvStaging {
         end(dynamic_smem() + kTokens * 8 + args.staged_rows * w.row_stride * 2) {}
 };
 
-// Stages sorted rows [first_row + pass, + tokens) of the input over the work's K range into rows
-// 0..args.staged_rows-1 of `staged`, zeros past `tokens` and past K. The whole CTA takes part; the
-// caller synchronises before reading. The rows' sources are looked up once into `source_rows`
-// (one round trip), then every 16-byte chunk is a cp.async with no register dependency, so the
-// staging costs about two L2 round trips however long K is (a load-store loop costs one per chunk
-// a thread handles). With `round_fp8` the staged rows are then rounded to FP8 activations' values
-// (kernels/fp8_rounding.cuh; the work's K range must be the whole of K or cut at multiples of 128).
-__device__ __forceinline__ void stage_token_rows(const ExpertGemmArgs& args, const GemvWork& w, int pass, int tokens,
-                                                 long long* source_rows, unsigned short* staged, bool fc1,
+// Copies `rows` rows of the input, each at the element offset in `source_rows` (-1: zeros), over
+// the work's K range into rows 0..rows-1 of `staged`, zeros past K; with `round_fp8` rounds the
+// first `tokens` of them to FP8 activations' values (kernels/fp8_rounding.cuh; the work's K range
+// must be the whole of K or cut at multiples of 128). Every 16-byte chunk is a cp.async with no
+// register dependency, so the copy costs about one L2 round trip however long K is (a load-store
+// loop costs one per chunk a thread handles). The whole CTA takes part, after `source_rows` is
+// written and visible; the caller synchronises before reading.
+__device__ __forceinline__ void copy_source_rows(const ExpertGemmArgs& args, const GemvWork& w, int rows, int tokens,
+                                                 const long long* source_rows, unsigned short* staged,
                                                  bool round_fp8) {
-  const int r = threadIdx.x;
-  if (r < args.staged_rows) {  // the element offset of the row's input; -1: zeros
-    source_rows[r] = r < tokens ? input_row(args, w.first_row + pass + r, fc1) * args.k : -1;
-  }
-  __syncthreads();
   const auto* input = static_cast<const unsigned short*>(args.input);
   const int chunks_per_row = w.k_len / 8;
-  for (int c = threadIdx.x; c < args.staged_rows * chunks_per_row; c += blockDim.x) {
+  for (int c = threadIdx.x; c < rows * chunks_per_row; c += blockDim.x) {
     const int row = c / chunks_per_row, k = w.k_begin + 8 * (c % chunks_per_row);
     const long long source = source_rows[row];
     const bool valid = source >= 0 && k < args.k;
@@ -333,6 +328,21 @@ __device__ __forceinline__ void stage_token_rows(const ExpertGemmArgs& args, con
     __syncthreads();  // every thread's chunks are in
     round_staged_rows_to_fp8(staged, tokens, w.row_stride, w.k_len);
   }
+}
+
+// Stages sorted rows [first_row + pass, + tokens) of the input over the work's K range into rows
+// 0..args.staged_rows-1 of `staged`, zeros past `tokens` (copy_source_rows). The rows' sources are
+// looked up once into `source_rows` (one round trip), then copied, so the staging costs about two
+// L2 round trips.
+__device__ __forceinline__ void stage_token_rows(const ExpertGemmArgs& args, const GemvWork& w, int pass, int tokens,
+                                                 long long* source_rows, unsigned short* staged, bool fc1,
+                                                 bool round_fp8) {
+  const int r = threadIdx.x;
+  if (r < args.staged_rows) {  // the element offset of the row's input; -1: zeros
+    source_rows[r] = r < tokens ? input_row(args, w.first_row + pass + r, fc1) * args.k : -1;
+  }
+  __syncthreads();
+  copy_source_rows(args, w, args.staged_rows, tokens, source_rows, staged, round_fp8);
 }
 
 // This lane's ldmatrix row addresses (shared window, at K offset 0) in each 8-token tile of `staged`:

@@ -35,10 +35,13 @@ constexpr int gemv_smem_bytes(int tokens, int rows, int k_tiles, int k_split, in
   return gemv_staging_bytes(tokens, rows, k_tiles, k_split) + columns * (warps_k - 1) * 32 * tokens / 2 * 4;
 }
 
-// The token-sum GEMV's (expert_gemv_token_sum_kernel): the GEMV's for one staged row in one K split,
-// then its pair's weighted outputs (columns x 16 fp32), which its cluster reads.
-constexpr int gemv_token_sum_smem_bytes(int k_tiles, int columns, int warps_k) {
-  return gemv_smem_bytes(8, 1, k_tiles, 1, columns, warps_k) + columns * 16 * 4;
+// The token-sum GEMV's (expert_gemv_token_sum_kernel), for `pairs` pairs a CTA: their source rows
+// and staged rows (all of K), the partial sums of the warps past the first along K, each pair's
+// weighted rows and the CTA's sums (columns x 16 fp32 each), which its cluster reads.
+constexpr int kTokenSumMaxPairs = 8;
+constexpr int gemv_token_sum_smem_bytes(int k_tiles, int columns, int warps_k, int pairs) {
+  return kTokenSumMaxPairs * 8 + pairs * (k_tiles * 64 + 8) * 2 + pairs * (warps_k - 1) * columns * 32 * 4 * 4 +
+         (pairs + 1) * columns * 16 * 4;
 }
 
 }  // namespace mxmoe::kernels
@@ -106,23 +109,13 @@ __device__ __forceinline__ void stream_records(float (&acc)[kTokens / 8][4], Rec
 template <int kColumns, int kWarpsK, int kUnroll>
 constexpr int kGemvMinBlocks = kUnroll <= 2 && 768 / (kColumns * kWarpsK * 32) > 1 ? 768 / (kColumns * kWarpsK * 32) : 1;
 
-// Where gemv_columns puts a column's finished 8-token group: the stage's output rows.
-struct StoreStageRows {
-  __device__ __forceinline__ void operator()(const ExpertGemmArgs& args, const GemvWork& w, const float (&acc)[4],
-                                             int row_tile, int first_row, int tokens, int split, bool fc1) const {
-    store_accumulators(args, acc, w.expert, row_tile, first_row, tokens, split, fc1);
-  }
-};
-
 // One GEMV CTA's work: the kColumns record columns of column group `group` of the expert in `w`,
 // over all its rows in passes of kTokens. `inputs_ready()` runs once every warp has issued its
 // first weight batch and before the activations are staged, and must end with the whole CTA able
 // to read the inputs (the standalone FC2 waits on FC1 there, the fused layer on its counters).
-// `store` takes each column's finished 8-token groups (StoreStageRows' arguments).
-template <int kColumns, int kWarpsK, int kTokens, int kUnroll, typename InputsReady, typename Store = StoreStageRows>
+template <int kColumns, int kWarpsK, int kTokens, int kUnroll, typename InputsReady>
 __device__ __forceinline__ void gemv_columns(const ExpertGemmArgs& args, const GemvWork& w, int group, int split,
-                                             bool fc1, GemvOptions options, InputsReady inputs_ready,
-                                             Store store = {}) {
+                                             bool fc1, GemvOptions options, InputsReady inputs_ready) {
   static_assert(kTokens == 8 || kTokens == 16, "8 or 16 tokens per pass");
   constexpr int kAccumulators = kTokens / 8 * 4;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -179,7 +172,7 @@ __device__ __forceinline__ void gemv_columns(const ExpertGemmArgs& args, const G
     if (!streams) continue;
 #pragma unroll
     for (int t = 0; t < kTokens / 8; ++t) {
-      store(args, w, acc[t], row_tile, w.first_row + pass + 8 * t, tokens - 8 * t, split, fc1);
+      store_accumulators(args, acc[t], w.expert, row_tile, w.first_row + pass + 8 * t, tokens - 8 * t, split, fc1);
     }
   }
 }
@@ -214,74 +207,110 @@ __global__ void __launch_bounds__(kColumns * kWarpsK * 32, (kGemvMinBlocks<kColu
   });
 }
 
-// Where the token-sum GEMV puts a column's finished group: the pair's one row (token 0 of the
-// group; lanes 4 g hold its rows g and g + 8), with its bias and times its routing weight, into
-// `sums` [kColumns x 16], at the column's place in the CTA.
-struct StoreWeightedPairRow {
-  float* sums;
-  float weight;
-  int first_row_tile;
-  __device__ __forceinline__ void operator()(const ExpertGemmArgs& args, const GemvWork& w, const float (&acc)[4],
-                                             int row_tile, int, int, int, bool) const {
-    const int lane = threadIdx.x % 32;
-    if (lane % 4 != 0) return;
-    const RowBias bias = row_bias(args, w.expert, row_tile);
-    float* row = sums + (row_tile - first_row_tile) * kRecordRows + lane / 4;
-    row[0] = weight * (acc[0] + bias.low);
-    row[8] = weight * (acc[2] + bias.high);
-  }
-};
-
-// FC2 of a few tokens with the weighted un-permute in it. CTA (x, y) runs column group x of pair y's
-// expert for that pair's one row (a GEMV CTA of one staged row, one K split); the top_k CTAs of a
-// token are one cluster (cluster dims 1 x top_k: pair y is slot y % top_k of token y / top_k),
-// whose first CTA adds their weighted rows in slot order from distributed shared memory and writes
-// the token's bf16 outputs. So FC2's rows never go to global memory and no un-permute launch
-// follows (~1.7 us of a 1-token layer: the launch waits for all of FC2, then reads its rows back).
-// A pair of no expert adds nothing. Budget: the GEMV's (each pair's expert's records once: an
-// expert two tokens pick is streamed twice, so the heuristic takes this only where pairs are
-// nearly all distinct), plus top_k x kColumns x 16 fp32 of distributed shared memory and
-// kColumns x 16 bf16 outputs a cluster.
-template <int kColumns, int kWarpsK, int kUnroll>
-__global__ void __launch_bounds__(kColumns * kWarpsK * 32, (kGemvMinBlocks<kColumns, kWarpsK, kUnroll>))
+// FC2 of a few tokens with the weighted un-permute in it. A CTA runs column group x (kColumns
+// record columns) for kPairs consecutive pairs of one token, kColumns x kWarpsK warps a pair, each
+// pair's warps streaming its expert's records for the pair's one row (8-token MMAs of which one
+// column is used: free while the stream is memory-bound); the CTA adds its pairs' rows times their
+// routing weights in slot order in shared memory. A token's top_k / kPairs CTAs are one cluster
+// (cluster dims 1 x top_k / kPairs along y, CTA y holding pairs [kPairs y, kPairs (y + 1))),
+// whose first CTA adds the CTAs' sums in rank order from distributed shared memory and writes the
+// token's bf16 outputs. So FC2's rows never go to global memory and no un-permute launch follows
+// (~1.7 us of a 1-token layer: that launch waits for all of FC2, then reads its rows back). A pair
+// of no expert adds nothing. Budget: each pair's expert's records once (an expert two tokens pick
+// is streamed twice: the heuristic takes this only for 1-2 tokens), the pairs' rows of FC1's output
+// staged per CTA (2 I bytes each, from L2), top_k / kPairs x kColumns x 16 fp32 of distributed
+// shared memory and kColumns x 16 bf16 outputs a cluster.
+template <int kColumns, int kWarpsK, int kPairs, int kUnroll>
+__global__ void __launch_bounds__(kColumns * kWarpsK * kPairs * 32, (kGemvMinBlocks<kColumns, kWarpsK * kPairs, kUnroll>))
     expert_gemv_token_sum_kernel(ExpertGemmArgs args, GemvOptions options, unsigned short* out) {
-  constexpr int kOutputs = kColumns * kRecordRows;
-  const int pair = blockIdx.y;
-  if (pair >= args.num_tokens * args.top_k) return;  // a grid made for a larger batch: the whole cluster
+  constexpr int kPairWarps = kColumns * kWarpsK, kOutputs = kColumns * kRecordRows;
+  if (static_cast<int>(blockIdx.y) * kPairs >= args.num_tokens * args.top_k) return;  // a grid for a larger batch
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int slot_in_cta = warp / kPairWarps, column_in_cta = warp % kColumns, k_part = warp % kPairWarps / kColumns;
+  const int pair = blockIdx.y * kPairs + slot_in_cta;
   // The routing is complete before FC2 starts (FC1 waited for it, or wrote it, before letting FC2
   // launch): loaded together before the wait on FC1.
   const int row = args.route.pair_rows[pair], local_expert = args.route.topk_experts[pair];
   const float weight = args.route.topk_weights[pair];
   const GemvWork w = gemv_work_of(args, row < 0 ? -1 : local_expert, row, 1, 0, 1);
-  float* sums = reinterpret_cast<float*>(
-      dynamic_smem() + gemv_smem_bytes(8, args.staged_rows, args.k_tiles, 1, kColumns, kWarpsK));
-  if (threadIdx.x < kOutputs) sums[threadIdx.x] = 0.0f;  // a pair of no expert, or rows past the matrix's
-  auto inputs_ready = [] {
-    wait_for_prerequisite_grids();  // FC1's activations (and, for a pair of no expert, `out` free to write)
-    allow_dependent_grids();
-  };
-  if (w.expert < 0) {
-    inputs_ready();
-  } else {
-    gemv_columns<kColumns, kWarpsK, 8, kUnroll>(args, w, blockIdx.x, 0, false, options, inputs_ready,
-                                               StoreWeightedPairRow{sums, weight, blockIdx.x * kColumns});
+  const int row_tile = blockIdx.x * kColumns + column_in_cta;
+  const bool streams = w.expert >= 0 && row_tile < args.rows / kRecordRows;
+  const int first_record = k_part * args.k_tiles / kWarpsK, end_record = (k_part + 1) * args.k_tiles / kWarpsK;
+  const unsigned char* column = streams ? w.column(args, row_tile) : nullptr;
+  RecordBatch<kUnroll> batch_a, batch_b;
+  batch_a.load(column, first_record, end_record, streams, lane);
+
+  // Shared memory (gemv_token_sum_smem_bytes): the pairs' source rows, their staged rows, the
+  // partial sums of the warps past the first along K, each pair's weighted rows, the CTA's sums.
+  const GemvWork whole_k = gemv_work_of(args, 0, 0, 1, 0, 1);  // K range and row stride of every pair
+  auto* source_rows = reinterpret_cast<long long*>(dynamic_smem());
+  auto* staged = reinterpret_cast<unsigned short*>(source_rows + kTokenSumMaxPairs);  // 16-byte aligned
+  auto* partial = reinterpret_cast<float*>(staged + kPairs * whole_k.row_stride);  // [pairs][kWarpsK - 1][kColumns][32][4]
+  float* pair_rows = partial + kPairs * (kWarpsK - 1) * kColumns * 32 * 4;        // [pairs][kOutputs]
+  float* sums = pair_rows + kPairs * kOutputs;                                    // [kOutputs]
+  if (warp % kPairWarps == 0 && lane == 0) source_rows[slot_in_cta] = row < 0 ? -1 : static_cast<long long>(row) * args.k;
+  wait_for_prerequisite_grids();  // FC1's activations
+  allow_dependent_grids();
+  __syncthreads();
+  copy_source_rows(args, whole_k, kPairs, kPairs, source_rows, staged, options.round_fp8 != 0);
+  __syncthreads();
+
+  unsigned b_rows[1];
+  token_fragment_rows<8>(b_rows, staged + slot_in_cta * whole_k.row_stride, 1, whole_k.row_stride);
+  float acc[1][4] = {};
+  if (streams) {
+    stream_records<8>(acc, batch_a, batch_b, column, first_record, end_record, b_rows, options.scales_one_multiply != 0);
   }
-  cluster_barrier();  // every slot's weighted rows are in its CTA's shared memory
-  if (cluster_rank() == 0 && threadIdx.x < kOutputs) {
-    const int column = blockIdx.x * kOutputs + threadIdx.x;
-    float slot_rows[8];  // top_k <= 8: all loads in flight before the first add
+  if (k_part > 0) {
+    float* mine = partial + ((slot_in_cta * (kWarpsK - 1) + k_part - 1) * kColumns + column_in_cta) * 32 * 4 + lane * 4;
 #pragma unroll
-    for (int slot = 0; slot < 8; ++slot) {
-      if (slot < args.top_k) slot_rows[slot] = load_cluster_shared(sums + threadIdx.x, slot);
+    for (int i = 0; i < 4; ++i) mine[i] = acc[0][i];
+  }
+  if constexpr (kWarpsK > 1) __syncthreads();
+  if (k_part == 0) {
+#pragma unroll
+    for (int part = 1; part < kWarpsK; ++part) {  // in order: the result does not depend on timing
+      const float* theirs = partial + ((slot_in_cta * (kWarpsK - 1) + part - 1) * kColumns + column_in_cta) * 32 * 4 + lane * 4;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[0][i] += theirs[i];
     }
+    if (lane % 4 == 0) {  // token 0 of the group, the pair's row: rows g and g + 8 of the record
+      float low = 0.0f, high = 0.0f;
+      if (streams) {
+        const RowBias bias = row_bias(args, w.expert, row_tile);
+        low = weight * (acc[0][0] + bias.low);
+        high = weight * (acc[0][2] + bias.high);
+      }
+      float* out_rows = pair_rows + slot_in_cta * kOutputs + column_in_cta * kRecordRows + lane / 4;
+      out_rows[0] = low;
+      out_rows[8] = high;
+    }
+  }
+  __syncthreads();
+  if (threadIdx.x < kOutputs) {
     float sum = 0.0f;
 #pragma unroll
-    for (int slot = 0; slot < 8; ++slot) {
-      if (slot < args.top_k) sum += slot_rows[slot];
-    }
-    if (column < args.rows) out[static_cast<long long>(pair / args.top_k) * args.rows + column] = float_to_bf16_bits(sum);
+    for (int p = 0; p < kPairs; ++p) sum += pair_rows[p * kOutputs + threadIdx.x];
+    sums[threadIdx.x] = sum;
   }
-  cluster_barrier();  // no CTA leaves while the first still reads its shared memory
+  const int ranks = args.top_k / kPairs;
+  if (ranks > 1) cluster_barrier();  // every CTA's sums are in its shared memory
+  if (cluster_rank() == 0 && threadIdx.x < kOutputs) {
+    const int output = blockIdx.x * kOutputs + threadIdx.x;
+    float rank_sums[8];  // at most 8 ranks: all loads in flight before the first add
+#pragma unroll
+    for (int rank = 0; rank < 8; ++rank) {
+      if (rank < ranks) rank_sums[rank] = ranks > 1 ? load_cluster_shared(sums + threadIdx.x, rank) : sums[threadIdx.x];
+    }
+    float total = 0.0f;
+#pragma unroll
+    for (int rank = 0; rank < 8; ++rank) {
+      if (rank < ranks) total += rank_sums[rank];
+    }
+    const int token = blockIdx.y * kPairs / args.top_k;
+    if (output < args.rows) out[static_cast<long long>(token) * args.rows + output] = float_to_bf16_bits(total);
+  }
+  if (ranks > 1) cluster_barrier();  // no CTA leaves while the first still reads its shared memory
 }
 
 }  // namespace mxmoe::kernels

@@ -31,7 +31,7 @@ BrokenRule first_broken_rule(const Tactic& t, const Arch& arch) {
   // Fields a family's names do not spell keep their defaults (1 warp, 0 records or stages).
   const std::map<std::string, std::vector<int Tactic::*>> unspelled = {
       {"gemv", {&Tactic::warps_tokens, &Tactic::smem_stages}},
-      {"gemvsum", {&Tactic::warps_tokens, &Tactic::smem_stages}},
+      {"gemvsum", {&Tactic::smem_stages}},
       {"fused", {&Tactic::warps_tokens, &Tactic::smem_stages}},
       {"sk", {&Tactic::warps_tokens, &Tactic::warps_k, &Tactic::smem_stages}},
       {"ring", {&Tactic::warps_tokens, &Tactic::warps_k, &Tactic::batch_records}},
@@ -95,7 +95,8 @@ BrokenRule first_broken_rule(const Tactic& t, const Arch& arch) {
   if (family != "mma") {
     if (t.warps_k != 1 && t.warps_k != 2 && t.warps_k != 4) return {"1, 2 or 4 warps along K", "along K"};
     if (t.batch_records < 1 || t.batch_records > 16) return {"1 to 16 records in flight per lane", "in flight"};
-    if (family == "gemvsum" && t.tile_tokens != 8) return {"one staged row a CTA", "8 tokens"};
+    if (family == "gemvsum" && t.tile_tokens != 8) return {"one staged row a pair", "8 tokens"};
+    if (family == "gemvsum" && t.warps_tokens > 8) return {"1 to 8 pairs a CTA", "pairs a CTA"};
     return {};
   }
   if (t.tile_rows % (16 * t.warps_rows) != 0) return {"whole 16-row records per warp", "16-row records"};
@@ -180,7 +181,9 @@ TEST(TacticTable, MutatedEntriesAreCaught) {
       {"64 times the warps along rows", [](Tactic& t) { t.warps_rows *= 64; }},
       {"a second warp along tokens",
        [](Tactic& t) {
-         t.warps_tokens = t.family == &mma_tile_family() || t.family == &block_scaled_tile_family() ? 3 : 2;
+         t.warps_tokens = t.family == &mma_tile_family() || t.family == &block_scaled_tile_family() ? 3
+                          : t.family == &gemv_token_sum_family()                                    ? 9
+                                                                                                    : 2;
        }},
       {"three warps along K", [](Tactic& t) { t.warps_k = 3; }},
       {"no records in flight", [](Tactic& t) { t.batch_records = t.batch_records == 0 ? 1 : 0; }},
@@ -340,7 +343,7 @@ TEST(ValidatePlan, FusedTacticIsTheWholeLayer) {
 // as FC1, with a K split, and where a token's pairs would be a cluster of more than 8 CTAs.
 TEST(ValidatePlan, TokenSumGemvIsFc2OnlyAndWritesTheOutput) {
   const Arch& sm90 = arch_by_name("sm_90a");
-  const Tactic gemv = parse_tactic("gemv.r64x8.w4x2.u2.k1"), summed = parse_tactic("gemvsum.r64x8.w4x2.u2.k1");
+  const Tactic gemv = parse_tactic("gemv.r64x8.w4x2.u2.k1"), summed = parse_tactic("gemvsum.r64x8.w4x2x1.u2.k1");
   EXPECT_EQ(summed.family, &gemv_token_sum_family());
   EXPECT_TRUE(summed.family->writes_layer_output());
   EXPECT_FALSE(gemv.family->writes_layer_output());
@@ -359,13 +362,18 @@ TEST(ValidatePlan, TokenSumGemvIsFc2OnlyAndWritesTheOutput) {
       return std::string();
     };
     EXPECT_NE(refusal({summed, summed}).find("FC2 only"), std::string::npos) << model;
-    EXPECT_NE(refusal({gemv, parse_tactic("gemvsum.r64x8.w4x2.u2.k2")}).find("one cluster"), std::string::npos);
+    EXPECT_NE(refusal({gemv, parse_tactic("gemvsum.r64x8.w4x2x1.u2.k2")}).find("one cluster"), std::string::npos);
     MoeShape wide_top_k = shape;
     wide_top_k.top_k = 9;
     const StageShape fc2{wide_top_k, Stage::kFc2};
     EXPECT_NE(summed.family->why_invalid(summed, sm90, &fc2).find("at most 8"), std::string::npos) << model;
   }
-  const Tactic sixteen = parse_tactic("gemvsum.r64x16.w4x2.u2.k1");
+  // a CTA of several pairs: they must divide the top-k
+  const Tactic six = parse_tactic("gemvsum.r16x8.w1x2x6.u2.k1");
+  const StageShape v4_fc2{model_shape("deepseek-v4-flash"), Stage::kFc2}, oss_fc2{model_shape("gpt-oss-20b"), Stage::kFc2};
+  EXPECT_EQ(six.family->why_invalid(six, sm90, &v4_fc2), "");
+  EXPECT_NE(six.family->why_invalid(six, sm90, &oss_fc2).find("do not divide top-k 4"), std::string::npos);
+  const Tactic sixteen = parse_tactic("gemvsum.r64x16.w4x2x1.u2.k1");
   EXPECT_NE(sixteen.family->why_invalid(sixteen, sm90).find("8 tokens"), std::string::npos);
 }
 
@@ -398,8 +406,8 @@ struct Pin {
 // The heuristic's choices, pinned: rows per expert expected ceil(T k / E), worst case T.
 TEST(Heuristic, PinnedChoices) {
   const Pin pins[] = {
-      {"gpt-oss-20b", 1, "gemv.r64x8.w4x2.u2.k1", "gemvsum.r32x8.w2x4.u2.k1"},   // 4 experts touched
-      {"gpt-oss-20b", 2, "gemv.r128x8.w8x1.u2.k1", "gemvsum.r64x8.w4x2.u2.k1"},  // ~7.5
+      {"gpt-oss-20b", 1, "gemv.r64x8.w4x2.u2.k1", "gemvsum.r32x8.w2x4x1.u2.k1"},   // 4 experts touched
+      {"gpt-oss-20b", 2, "gemv.r128x8.w8x1.u2.k1", "gemvsum.r64x8.w4x2x1.u2.k1"},  // ~7.5
       {"gpt-oss-20b", 3, "sk.r384x8.w24.u2.k1", "sk.r384x8.w24.u2.k1"},  // ~10.6, but 478 CTAs of 128 rows
       {"gpt-oss-20b", 4, "sk.r384x8.w24.u2.k1", "sk.r384x8.w24.u2.k1"},  // ~13.2
       {"gpt-oss-20b", 8, "sk.r384x8.w24.u2.k1", "sk.r384x8.w24.u2.k1"},
@@ -419,8 +427,8 @@ TEST(Heuristic, PinnedChoices) {
       {"gpt-oss-20b", 1144, "wgmma.r256x144.w8.s6.k1", "wgmma.r256x144.w8.s6.k1"}, // 143
       {"gpt-oss-20b", 1145, "wgmma.r128x256.w8.s4.k1", "wgmma.r128x256.w8.s4.k1"}, // 144: 256 tokens a tile
       {"gpt-oss-20b", 4096, "wgmma.r128x256.w8.s4.k1", "wgmma.r128x256.w8.s4.k1"},
-      {"gpt-oss-120b", 1, "gemv.r64x8.w4x2.u2.k1", "gemvsum.r32x8.w2x4.u2.k1"},
-      {"gpt-oss-120b", 2, "gemv.r128x8.w8x1.u2.k1", "gemvsum.r64x8.w4x2.u2.k1"},  // ~7.9 touched: 355 CTAs
+      {"gpt-oss-120b", 1, "gemv.r64x8.w4x2.u2.k1", "gemvsum.r32x8.w2x4x1.u2.k1"},
+      {"gpt-oss-120b", 2, "gemv.r128x8.w8x1.u2.k1", "gemvsum.r64x8.w4x2x1.u2.k1"},  // ~7.9 touched: 355 CTAs
       {"gpt-oss-120b", 3, "sk.r384x8.w24.u2.k1", "sk.r384x8.w24.u2.k1"},       // ~11.6: 522 CTAs
       {"gpt-oss-120b", 64, "sk.r384x8.w24.u2.k1", "sk.r384x8.w24.u2.k1"},   // expected 2 rows
       {"gpt-oss-120b", 128, "sk.r384x8.w24.u2.k1", "sk.r384x8.w24.u2.k1"},  // expected 4 rows
@@ -467,8 +475,8 @@ TEST(Heuristic, ExpertParallelShardSizesItsGemvsForItsShareOfThePairs) {
     const char* fc2;
   };
   const Pin pins[] = {
-      {"gpt-oss-20b", 2, "gemv.r64x8.w4x2.u2.k1", "gemvsum.r32x8.w2x4.u2.k1"},  // whole batch: r128/r64, 315 CTAs
-      {"gpt-oss-120b", 2, "gemv.r64x8.w4x2.u2.k1", "gemvsum.r32x8.w2x4.u2.k1"},  // whole batch: r128/r64, 349
+      {"gpt-oss-20b", 2, "gemv.r64x8.w4x2.u2.k1", "gemvsum.r32x8.w2x4x1.u2.k1"},  // whole batch: r128/r64, 315 CTAs
+      {"gpt-oss-120b", 2, "gemv.r64x8.w4x2.u2.k1", "gemvsum.r32x8.w2x4x1.u2.k1"},  // whole batch: r128/r64, 349
       {"deepseek-v4-flash", 2, "gemv.r64x8.w4x2.u2.k1", "gemv.r64x8.w4x2.u2.k1"},  // whole batch: r128, 375
       {"gpt-oss-120b", 4, "sk.r384x8.w24.u2.k1", "sk.r384x8.w24.u2.k1"},  // all 16 pairs here: 14.5 touched
       {"deepseek-v4-flash", 4, "sk.r384x8.w24.u2.k1", "sk.r384x8.w24.u2.k1"},

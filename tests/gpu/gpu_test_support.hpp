@@ -174,7 +174,7 @@ inline void expect_close(const std::vector<Bf16>& gpu, const std::vector<float>&
 
 // Every valid tactic of this device's arch whose family takes `activations` (FP8: the bf16 families
 // but the whole-layer ones, validate_plan), for both stages (a whole-layer one is the whole layer;
-// an FC2-only one, the token-sum GEMV, after the GEMV FC1 of its CTA), FC2 K splits (as many as
+// an FC2-only one, the token-sum GEMV, after a GEMV FC1), FC2 K splits (as many as
 // FC2's K tiles allow), and for bf16 the runner's own choice (nullopt; the test layers' runners
 // take bf16 activations).
 inline std::vector<std::pair<std::string, std::optional<LayerPlan>>> plans_to_test(
@@ -192,8 +192,7 @@ inline std::vector<std::pair<std::string, std::optional<LayerPlan>>> plans_to_te
                            : activations_of(t) == activations;
     if (!takes || !t.family->why_invalid(t, arch, &fc2).empty()) continue;
     if (!t.family->why_invalid(t, arch, &fc1).empty()) {
-      Tactic gemv = t;
-      gemv.family = &gemv_family();
+      const Tactic gemv = parse_tactic("gemv.r64x8.w4x2.u2.k1");
       if (t.family == &gemv_token_sum_family() && gemv.family->why_invalid(gemv, arch, &fc1).empty()) {
         plans.emplace_back(gemv.name() + "+fc2." + t.name(), LayerPlan{gemv, t, activations});
       }
