@@ -221,7 +221,8 @@ __global__ void __launch_bounds__(kColumns * kWarpsK * 32, (kGemvMinBlocks<kColu
 // staged per CTA (2 I bytes each, from L2), top_k / kPairs x kColumns x 16 fp32 of distributed
 // shared memory and kColumns x 16 bf16 outputs a cluster.
 template <int kColumns, int kWarpsK, int kPairs, int kUnroll>
-__global__ void __launch_bounds__(kColumns * kWarpsK * kPairs * 32, (kGemvMinBlocks<kColumns, kWarpsK * kPairs, kUnroll>))
+__global__ void __launch_bounds__(kColumns * kWarpsK * kPairs * 32,
+                                  (kGemvMinBlocks<kColumns, kWarpsK * kPairs, kUnroll>))
     expert_gemv_token_sum_kernel(ExpertGemmArgs args, GemvOptions options, unsigned short* out) {
   constexpr int kPairWarps = kColumns * kWarpsK, kOutputs = kColumns * kRecordRows;
   if (static_cast<int>(blockIdx.y) * kPairs >= args.num_tokens * args.top_k) return;  // a grid for a larger batch
@@ -245,10 +246,13 @@ __global__ void __launch_bounds__(kColumns * kWarpsK * kPairs * 32, (kGemvMinBlo
   const GemvWork whole_k = gemv_work_of(args, 0, 0, 1, 0, 1);  // K range and row stride of every pair
   auto* source_rows = reinterpret_cast<long long*>(dynamic_smem());
   auto* staged = reinterpret_cast<unsigned short*>(source_rows + kTokenSumMaxPairs);  // 16-byte aligned
-  auto* partial = reinterpret_cast<float*>(staged + kPairs * whole_k.row_stride);  // [pairs][kWarpsK - 1][kColumns][32][4]
+  // [pairs][kWarpsK - 1][kColumns][32][4]
+  auto* partial = reinterpret_cast<float*>(staged + kPairs * whole_k.row_stride);
   float* pair_rows = partial + kPairs * (kWarpsK - 1) * kColumns * 32 * 4;        // [pairs][kOutputs]
   float* sums = pair_rows + kPairs * kOutputs;                                    // [kOutputs]
-  if (warp % kPairWarps == 0 && lane == 0) source_rows[slot_in_cta] = row < 0 ? -1 : static_cast<long long>(row) * args.k;
+  if (warp % kPairWarps == 0 && lane == 0) {
+    source_rows[slot_in_cta] = row < 0 ? -1 : static_cast<long long>(row) * args.k;
+  }
   wait_for_prerequisite_grids();  // FC1's activations
   allow_dependent_grids();
   __syncthreads();
@@ -259,7 +263,8 @@ __global__ void __launch_bounds__(kColumns * kWarpsK * kPairs * 32, (kGemvMinBlo
   token_fragment_rows<8>(b_rows, staged + slot_in_cta * whole_k.row_stride, 1, whole_k.row_stride);
   float acc[1][4] = {};
   if (streams) {
-    stream_records<8>(acc, batch_a, batch_b, column, first_record, end_record, b_rows, options.scales_one_multiply != 0);
+    stream_records<8>(acc, batch_a, batch_b, column, first_record, end_record, b_rows,
+                      options.scales_one_multiply != 0);
   }
   if (k_part > 0) {
     float* mine = partial + ((slot_in_cta * (kWarpsK - 1) + k_part - 1) * kColumns + column_in_cta) * 32 * 4 + lane * 4;

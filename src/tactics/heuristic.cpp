@@ -37,18 +37,38 @@ constexpr double kDecodeMaxTouched = 12;
 // to 384 (gpt-oss T = 1-2, DeepSeek-V4-Flash T = 1-2).
 constexpr double kDecodeWaveCtas = 396;
 
-// Up to kTokenSumTokens tokens, at a top-k of at most kTokenSumTopK, a self-routed batch's FC2 sums
-// each token's experts itself (the token-sum GEMV of the same CTA, a cluster a token, no un-permute
-// launch): 0.8-1.2 us faster on gpt-oss's top-4 at T = 1-2, 4.4-8 us slower on DeepSeek-V4-Flash's
-// top-6 (docs/performance.md, "The heuristic's decisions").
+// A self-routed batch's FC2 sums each token's experts itself (the token-sum GEMV, no un-permute
+// launch): up to kTokenSumTokens tokens at a top-k of at most kTokenSumClusterTopK, a CTA a pair
+// (the decode GEMV's FC2 CTA) and a token's CTAs one cluster; for one token at top-6, the token's
+// six pairs in one CTA. H200: gpt-oss T = 1 1.5-1.7 us and T = 2 1.2 us faster, V4-Flash T = 1
+// 0.9 us; a CTA a pair at top-6 was 4.0-4.4 us slower, and the one CTA at T = 2 3.0 us slower
+// (docs/performance.md, "The heuristic's decisions").
 constexpr int kTokenSumTokens = 2;
-constexpr int kTokenSumTopK = 4;
+constexpr int kTokenSumClusterTopK = 4;
+const Tactic kTokenSumOneCta{.family = &gemv_token_sum_family(),
+                             .tile_rows = 16,
+                             .tile_tokens = 8,
+                             .warps_rows = 1,
+                             .warps_tokens = 6,
+                             .warps_k = 2,
+                             .batch_records = 2};
 
-// The token-sum GEMV of the decode GEMV `gemv`'s CTA.
+// The token-sum GEMV of the decode GEMV `gemv`'s CTA, a pair a CTA.
 Tactic token_sum(const Tactic& gemv) {
   Tactic t = gemv;
   t.family = &gemv_token_sum_family();
   return t;
+}
+
+// FC2's tactic for a self-routed batch of `num_tokens` on the decode GEMVs, whose FC2 is `gemv`.
+Tactic decode_fc2(const MoeShape& shape, int num_tokens, const Arch& arch, const Tactic& gemv) {
+  const StageShape fc2{shape, Stage::kFc2};
+  auto valid = [&](const Tactic& t) { return t.family->why_invalid(t, arch, &fc2).empty(); };
+  if (num_tokens <= kTokenSumTokens && shape.top_k <= kTokenSumClusterTopK && valid(token_sum(gemv))) {
+    return token_sum(gemv);
+  }
+  if (num_tokens == 1 && shape.top_k == kTokenSumOneCta.warps_tokens && valid(kTokenSumOneCta)) return kTokenSumOneCta;
+  return gemv;
 }
 
 // The CTAs of a decode GEMV `t` over `touched` experts of `rows` weight rows.
@@ -128,14 +148,8 @@ LayerPlan heuristic_plan(const MoeShape& shape, int num_tokens, const Arch& arch
     const bool few = touched <= kDecodeMaxTouched;
     if (few && gemv_ctas(gemv.fc1, touched, shape.fc1_rows()) <= kDecodeWaveCtas) {
       const double share = touched_of(std::max(routed_experts, shape.num_experts));
-      LayerPlan plan{decode_gemv(share, shape.fc1_rows()), decode_gemv(share, shape.hidden)};
-      const Tactic summed = token_sum(plan.fc2);
-      const StageShape fc2{shape, Stage::kFc2};
-      if (num_tokens <= kTokenSumTokens && shape.top_k <= kTokenSumTopK &&
-          summed.family->why_invalid(summed, arch, &fc2).empty()) {
-        plan.fc2 = summed;
-      }
-      return plan;
+      return {decode_gemv(share, shape.fc1_rows()),
+              decode_fc2(shape, num_tokens, arch, decode_gemv(share, shape.hidden))};
     }
     if (fits(kStreamK)) return {kStreamK, kStreamK};
     return few ? gemv : LayerPlan{kGemvWide, kGemvWide};
@@ -149,7 +163,7 @@ LayerPlan heuristic_plan(const MoeShape& shape, int num_tokens, const Arch& arch
 std::vector<Tactic> default_tactics() {
   const KernelFamily& mma = mma_tile_family();
   return {kGemvFewFc1,  kGemvFewFc2,  kGemvWide,    token_sum(kGemvFewFc1), token_sum(kGemvFewFc2),
-          token_sum(kGemvWide), kStreamK, kStreamK16,
+          token_sum(kGemvWide), kTokenSumOneCta, kStreamK, kStreamK16,
           row_tile_for(mma, 16), row_tile_for(mma, 32), row_tile_for(mma, 64), row_tile_for(mma, 128),
           kWgmma32,     kWgmma64,     kWgmma96,
           kWgmmaPrefill, kWgmma144, kWgmmaWide};

@@ -447,7 +447,7 @@ TEST(Heuristic, PinnedChoices) {
       {"gpt-oss-120b", 4577, "wgmma.r128x256.w8.s4.k1", "wgmma.r128x256.w8.s4.k1"},
       // Decode GEMVs by grid size: 6 experts of 4096 FC1 rows are 192 CTAs of 128 rows, 384 of 64;
       // past one resident wave (396 CTAs) the stream-K GEMV.
-      {"deepseek-v4-flash", 1, "gemv.r64x8.w4x2.u2.k1", "gemv.r64x8.w4x2.u2.k1"},
+      {"deepseek-v4-flash", 1, "gemv.r64x8.w4x2.u2.k1", "gemvsum.r16x8.w1x2x6.u2.k1"},
       {"deepseek-v4-flash", 2, "gemv.r128x8.w8x1.u2.k1", "gemv.r128x8.w8x1.u2.k1"},  // ~11.8 touched: 377
       {"deepseek-v4-flash", 3, "sk.r384x8.w24.u2.k1", "sk.r384x8.w24.u2.k1"},
       {"deepseek-v4-pro", 1, "sk.r384x8.w24.u2.k1", "sk.r384x8.w24.u2.k1"},  // FC1 576 CTAs of 64 rows
