@@ -248,8 +248,8 @@ __global__ void __launch_bounds__(kColumns * kWarpsK * kPairs * 32,
   auto* staged = reinterpret_cast<unsigned short*>(source_rows + kTokenSumMaxPairs);  // 16-byte aligned
   // [pairs][kWarpsK - 1][kColumns][32][4]
   auto* partial = reinterpret_cast<float*>(staged + kPairs * whole_k.row_stride);
-  float* pair_rows = partial + kPairs * (kWarpsK - 1) * kColumns * 32 * 4;        // [pairs][kOutputs]
-  float* sums = pair_rows + kPairs * kOutputs;                                    // [kOutputs]
+  float* pair_outputs = partial + kPairs * (kWarpsK - 1) * kColumns * 32 * 4;     // [pairs][kOutputs]
+  float* sums = pair_outputs + kPairs * kOutputs;                                 // [kOutputs]
   if (warp % kPairWarps == 0 && lane == 0) {
     source_rows[slot_in_cta] = row < 0 ? -1 : static_cast<long long>(row) * args.k;
   }
@@ -286,7 +286,7 @@ __global__ void __launch_bounds__(kColumns * kWarpsK * kPairs * 32,
         low = weight * (acc[0][0] + bias.low);
         high = weight * (acc[0][2] + bias.high);
       }
-      float* out_rows = pair_rows + slot_in_cta * kOutputs + column_in_cta * kRecordRows + lane / 4;
+      float* out_rows = pair_outputs + slot_in_cta * kOutputs + column_in_cta * kRecordRows + lane / 4;
       out_rows[0] = low;
       out_rows[8] = high;
     }
@@ -295,7 +295,7 @@ __global__ void __launch_bounds__(kColumns * kWarpsK * kPairs * 32,
   if (threadIdx.x < kOutputs) {
     float sum = 0.0f;
 #pragma unroll
-    for (int p = 0; p < kPairs; ++p) sum += pair_rows[p * kOutputs + threadIdx.x];
+    for (int p = 0; p < kPairs; ++p) sum += pair_outputs[p * kOutputs + threadIdx.x];
     sums[threadIdx.x] = sum;
   }
   const int ranks = args.top_k / kPairs;
