@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "jit/kernel_binary.hpp"
+#include "kernels/expert_gemv.cuh"
 #include "kernels/family_registry.hpp"
 #include "mxmoe/error.hpp"
 #include "route/route_buffers.hpp"
@@ -375,6 +376,46 @@ TEST(ValidatePlan, TokenSumGemvIsFc2OnlyAndWritesTheOutput) {
   EXPECT_NE(six.family->why_invalid(six, sm90, &oss_fc2).find("do not divide top-k 4"), std::string::npos);
   const Tactic sixteen = parse_tactic("gemvsum.r64x16.w4x2x1.u2.k1");
   EXPECT_NE(sixteen.family->why_invalid(sixteen, sm90).find("8 tokens"), std::string::npos);
+}
+
+// Its launch: x = column groups, y = the batch's pairs in groups of the pairs a CTA, a token's
+// CTAs one cluster along y (none where one CTA holds the token), a group of warps a pair; the
+// shared memory holds every pair's row of FC1's output whole.
+TEST(TokenSumGemv, GeometryIsAClusterAToken) {
+  struct Case {
+    const char* model;
+    const char* tactic;
+    int tokens;
+    unsigned grid_x, grid_y, cluster_y;
+    int threads;
+  };
+  const Case cases[] = {
+      {"gpt-oss-20b", "gemvsum.r32x8.w2x4x1.u2.k1", 1, 90, 4, 4, 256},     // H = 2880: 180 record columns
+      {"gpt-oss-20b", "gemvsum.r64x8.w4x2x1.u2.k1", 2, 45, 8, 4, 256},
+      {"gpt-oss-20b", "gemvsum.r16x8.w1x4x2.u2.k1", 3, 180, 6, 2, 256},
+      {"deepseek-v4-flash", "gemvsum.r16x8.w1x2x6.u2.k1", 1, 256, 1, 1, 384},  // H = 4096: 256
+      {"deepseek-v4-flash", "gemvsum.r32x8.w2x2x3.u2.k1", 5, 128, 10, 2, 384},
+      {"deepseek-v4-flash", "gemvsum.r128x8.w8x1x1.u2.k1", 1, 32, 6, 6, 256},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(std::string(c.model) + " " + c.tactic + " T=" + std::to_string(c.tokens));
+    const Tactic t = parse_tactic(c.tactic);
+    const StageShape fc2{model_shape(c.model), Stage::kFc2};
+    EXPECT_EQ(t.family->why_invalid(t, arch_by_name("sm_90a"), &fc2), "");
+    const LaunchGeometry g = t.family->geometry(t, fc2, c.tokens, false, nullptr);
+    EXPECT_EQ(g.grid.x, c.grid_x);
+    EXPECT_EQ(g.grid.y, c.grid_y);
+    EXPECT_EQ(g.grid.z, 1u);
+    EXPECT_EQ(g.cluster.x, 1u);
+    EXPECT_EQ(g.cluster.y, c.cluster_y);
+    EXPECT_EQ(g.cluster.z, 1u);
+    EXPECT_EQ(g.grid.y % g.cluster.y, 0u);
+    EXPECT_EQ(g.threads, c.threads);
+    EXPECT_EQ(g.staged_rows, 1);
+    const int pairs = t.warps_tokens, k = fc2.k();
+    EXPECT_GE(g.smem_bytes, pairs * k * 2) << "every pair's row of FC1's output, whole";
+    EXPECT_EQ(g.smem_bytes, kernels::gemv_token_sum_smem_bytes(fc2.k_tiles(), t.warps_rows, t.warps_k, pairs));
+  }
 }
 
 // A small batch under two GEMV tactics may be routed by the expert kernels themselves (no routing
